@@ -1,0 +1,1 @@
+"""Command-line adapters: parse arguments, call the core, print results."""

@@ -1,0 +1,16 @@
+"""One way to fail on a user mistake: one line on stderr, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import typer
+
+USER_ERROR_EXIT = 2
+
+
+def fail(message: str, code: int = USER_ERROR_EXIT) -> NoReturn:
+    """Print `error: <message>` on stderr and exit with `code` (2 for user mistakes)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(code)

@@ -1,0 +1,17 @@
+"""The `slaguard` command: one Typer app with a sub-app per domain."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="slaguard",
+    help="SLA guard for LLM inference on a mixed GPU/NPU fleet.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,238 @@
+"""Fleet files: which model replicas run on which cards, validated with one-line errors.
+
+A routing *target* is one model replica on one card or on a tensor-parallel group of
+cards of one type. The built-in default is `examples/fleet.yaml`'s twin shipped in the
+package, so `slaguard` works with no file at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from slaguard.fleet.catalogue import CardType, ModelSpec, builtin_cards, builtin_models
+from slaguard.fleet.request import Priority
+
+_M = TypeVar("_M", bound=BaseModel)
+
+MEMORY_HEADROOM = 0.92
+"""Usable share of card memory: 8 % is kept for fragmentation and bursts."""
+
+
+class FleetError(ValueError):
+    """A fleet file mistake, worded as `file: field: problem; fix`."""
+
+
+class SlaClass(BaseModel):
+    """What a priority's contract promises: a TTFT deadline, and its share for traces."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_s: float = Field(gt=0)
+    share: float = Field(ge=0, le=1)
+
+
+def _default_sla() -> dict[Priority, SlaClass]:
+    return {
+        Priority.HIGH: SlaClass(ttft_s=1.5, share=0.2),
+        Priority.NORMAL: SlaClass(ttft_s=4.0, share=0.6),
+        Priority.LOW: SlaClass(ttft_s=12.0, share=0.2),
+    }
+
+
+class TargetSpec(BaseModel):
+    """A target as written in the fleet file; `count` expands to id-0 .. id-(count-1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    model: str
+    card: str
+    tp: int = Field(default=1, ge=1, le=64)
+    count: int = Field(default=1, ge=1, le=4096)
+    url: str | None = None
+    priorities: list[Priority] = Field(default_factory=lambda: list(Priority))
+
+
+class FleetFile(BaseModel):
+    """The whole fleet file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "fleet"
+    cards: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    models: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    sla: dict[Priority, SlaClass] = Field(default_factory=_default_sla)
+    targets: list[TargetSpec] = Field(min_length=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One routing target: a model replica on `tp` cards of one type."""
+
+    index: int
+    id: str
+    model: ModelSpec
+    card: CardType
+    tp: int
+    url: str | None
+    priorities: frozenset[Priority]
+
+    @property
+    def memory_gb(self) -> float:
+        """V_h of the whole tensor-parallel group."""
+        return self.card.memory_gb * self.tp
+
+    @property
+    def static_gb(self) -> float:
+        """Incompressible reservation: weights plus activation buffers."""
+        return self.model.weights_gb + self.model.activation_buffer_gb * self.tp
+
+    @property
+    def kv_budget_gb(self) -> float:
+        """V_kv(h): what is left for KV cache under the 0.92 headroom."""
+        return MEMORY_HEADROOM * self.memory_gb - self.static_gb
+
+    @property
+    def tflops(self) -> float:
+        return self.card.bf16_tflops * self.tp
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The validated fleet: targets in a fixed order (their index is their identity)."""
+
+    name: str
+    cards: dict[str, CardType]
+    models: dict[str, ModelSpec]
+    targets: tuple[Target, ...]
+    sla: dict[Priority, SlaClass]
+    source: str
+
+    def __iter__(self) -> Iterator[Target]:
+        return iter(self.targets)
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def target(self, target_id: str) -> Target:
+        for t in self.targets:
+            if t.id == target_id:
+                return t
+        raise KeyError(target_id)
+
+    def card_types(self) -> list[str]:
+        return sorted({t.card.id for t in self.targets})
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _fail(source: str, field: str, problem: str, fix: str) -> FleetError:
+    return FleetError(f"{source}: {field}: {problem}; fix: {fix}")
+
+
+def _catalogue(
+    source: str, section: str, raw: dict[str, dict[str, Any]], cls: type[_M]
+) -> dict[str, _M]:
+    out: dict[str, _M] = {}
+    for key, entry in raw.items():
+        try:
+            out[key] = cls.model_validate({**entry, "id": key})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = f"{section}.{key}.{_field_path(err['loc'])}"
+            raise _fail(source, field, err["msg"], "correct the value") from None
+    return out
+
+
+def build_fleet(raw: Any, source: str = "<fleet>") -> Fleet:
+    """Validate a parsed fleet document; raise FleetError naming the field and the fix."""
+    if not isinstance(raw, dict):
+        raise _fail(source, "<top>", "not a mapping", "write a YAML mapping with 'targets:'")
+    try:
+        spec = FleetFile.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        value = err.get("input")
+        shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
+        raise _fail(
+            source, _field_path(err["loc"]), f"{err['msg']}{shown}", "correct the value"
+        ) from None
+    cards = _catalogue(source, "cards", {**builtin_cards(), **spec.cards}, CardType)
+    models = _catalogue(source, "models", {**builtin_models(), **spec.models}, ModelSpec)
+    for mid, m in models.items():
+        if m.degrade_to is not None and m.degrade_to not in models:
+            raise _fail(
+                source, f"models.{mid}.degrade_to", f"unknown model {m.degrade_to!r}",
+                f"use one of {sorted(models)}",
+            )
+    targets: list[Target] = []
+    seen: set[str] = set()
+    for i, ts in enumerate(spec.targets):
+        where = f"targets[{i}]"
+        if ts.card not in cards:
+            raise _fail(
+                source, f"{where}.card", f"unknown card type {ts.card!r}",
+                f"use one of {sorted(cards)} or add it under 'cards:'",
+            )
+        if ts.model not in models:
+            raise _fail(
+                source, f"{where}.model", f"unknown model {ts.model!r}",
+                f"use one of {sorted(models)} or add it under 'models:'",
+            )
+        ids = [ts.id] if ts.count == 1 else [f"{ts.id}-{k}" for k in range(ts.count)]
+        for k, tid in enumerate(ids):
+            if tid in seen:
+                raise _fail(source, f"{where}.id", f"duplicate target id {tid!r}",
+                            "give every target a unique id")
+            seen.add(tid)
+            url = ts.url
+            if url is not None and ts.count > 1:
+                url = url.replace("{i}", str(k))
+            target = Target(
+                index=len(targets), id=tid, model=models[ts.model], card=cards[ts.card],
+                tp=ts.tp, url=url, priorities=frozenset(ts.priorities),
+            )
+            if target.kv_budget_gb <= 0:
+                need = target.static_gb / (MEMORY_HEADROOM * target.card.memory_gb)
+                raise _fail(
+                    source, f"{where}.tp",
+                    f"model {ts.model} needs {target.static_gb:.0f} GB for weights and "
+                    f"buffers; {ts.tp} x {ts.card} gives {MEMORY_HEADROOM * target.memory_gb:.0f}"
+                    " GB usable",
+                    f"set tp >= {int(need) + 1} or place it on a larger card",
+                )
+            targets.append(target)
+    return Fleet(spec.name, cards, models, tuple(targets), dict(spec.sla), source)
+
+
+def load_fleet(path: str | Path | None = None) -> Fleet:
+    """Load a fleet file, or the built-in default fleet when `path` is None."""
+    if path is None:
+        text = resources.files("slaguard.data").joinpath("fleet.yaml").read_text("utf-8")
+        return build_fleet(yaml.safe_load(text), "<built-in fleet>")
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FleetError(f"{p}: file not found; fix: pass an existing fleet file") from None
+    except OSError as exc:
+        raise FleetError(f"{p}: cannot read ({exc.strerror}); fix: check permissions") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f"line {mark.line + 1}" if mark is not None else "<yaml>"
+        raise FleetError(f"{p}: {line}: invalid YAML; fix: correct the syntax") from None
+    return build_fleet(raw, str(p))
