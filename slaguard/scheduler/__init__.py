@@ -1,0 +1,1 @@
+"""The reference scheduler: pure decisions, no I/O, no clock reads."""
