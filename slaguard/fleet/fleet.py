@@ -174,7 +174,9 @@ def build_fleet(raw: Any, source: str = "<fleet>") -> Fleet:
     for mid, m in models.items():
         if m.degrade_to is not None and m.degrade_to not in models:
             raise _fail(
-                source, f"models.{mid}.degrade_to", f"unknown model {m.degrade_to!r}",
+                source,
+                f"models.{mid}.degrade_to",
+                f"unknown model {m.degrade_to!r}",
                 f"use one of {sorted(models)}",
             )
     targets: list[Target] = []
@@ -183,31 +185,45 @@ def build_fleet(raw: Any, source: str = "<fleet>") -> Fleet:
         where = f"targets[{i}]"
         if ts.card not in cards:
             raise _fail(
-                source, f"{where}.card", f"unknown card type {ts.card!r}",
+                source,
+                f"{where}.card",
+                f"unknown card type {ts.card!r}",
                 f"use one of {sorted(cards)} or add it under 'cards:'",
             )
         if ts.model not in models:
             raise _fail(
-                source, f"{where}.model", f"unknown model {ts.model!r}",
+                source,
+                f"{where}.model",
+                f"unknown model {ts.model!r}",
                 f"use one of {sorted(models)} or add it under 'models:'",
             )
         ids = [ts.id] if ts.count == 1 else [f"{ts.id}-{k}" for k in range(ts.count)]
         for k, tid in enumerate(ids):
             if tid in seen:
-                raise _fail(source, f"{where}.id", f"duplicate target id {tid!r}",
-                            "give every target a unique id")
+                raise _fail(
+                    source,
+                    f"{where}.id",
+                    f"duplicate target id {tid!r}",
+                    "give every target a unique id",
+                )
             seen.add(tid)
             url = ts.url
             if url is not None and ts.count > 1:
                 url = url.replace("{i}", str(k))
             target = Target(
-                index=len(targets), id=tid, model=models[ts.model], card=cards[ts.card],
-                tp=ts.tp, url=url, priorities=frozenset(ts.priorities),
+                index=len(targets),
+                id=tid,
+                model=models[ts.model],
+                card=cards[ts.card],
+                tp=ts.tp,
+                url=url,
+                priorities=frozenset(ts.priorities),
             )
             if target.kv_budget_gb <= 0:
                 need = target.static_gb / (MEMORY_HEADROOM * target.card.memory_gb)
                 raise _fail(
-                    source, f"{where}.tp",
+                    source,
+                    f"{where}.tp",
                     f"model {ts.model} needs {target.static_gb:.0f} GB for weights and "
                     f"buffers; {ts.tp} x {ts.card} gives {MEMORY_HEADROOM * target.memory_gb:.0f}"
                     " GB usable",

@@ -1,0 +1,138 @@
+"""Decisions and their explanations.
+
+An explanation keeps the router's arrays as they were at decision time and turns them
+into a JSON-able dict only when asked (the audit writer does that off the hot path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from typing import Any
+
+import numpy as np
+
+from slaguard.fleet.fleet import Fleet, Target
+from slaguard.fleet.request import Request
+from slaguard.scheduler.config import COMPONENTS
+from slaguard.scheduler.rollout import Arm
+
+
+class Reason(IntEnum):
+    """Why a pre-filtered candidate was not eligible."""
+
+    ELIGIBLE = 0
+    MEMORY = 1
+    CONTEXT = 2
+    UNHEALTHY = 3
+    STALE = 4
+    DEMOTED = 5
+
+
+REASON_TEXT = {
+    Reason.MEMORY: "memory bound: v_h + v_peak > 0.92 x V_h",
+    Reason.CONTEXT: "prompt + generation exceeds the model's context window",
+    Reason.UNHEALTHY: "target marked unhealthy",
+    Reason.STALE: "stale hardware picture: treated as saturated",
+    Reason.DEMOTED: "demoted for persistent TTFT jitter: takes low priority only",
+}
+
+
+class Outcome(StrEnum):
+    ROUTED = "routed"
+    SPILLED = "spilled"
+    DEGRADED = "degraded"
+    NO_CAPACITY = "no_capacity"
+
+
+@dataclass(slots=True)
+class Explanation:
+    """Everything needed to answer "why did this request go there?"."""
+
+    fleet: Fleet
+    arm: Arm
+    candidates: np.ndarray
+    reasons: np.ndarray
+    components: np.ndarray | None
+    scores: np.ndarray | None
+    v_peak_gb: float
+    v_used_gb: np.ndarray
+    limit_gb: np.ndarray
+    weights: tuple[float, ...]
+    weights_version: str
+    prefiltered_out: int
+    chosen: int | None = None
+    notes: list[str] = field(default_factory=list)
+    spill: dict[str, Any] | None = None
+    degraded_from: str | None = None
+
+    def rejected(self) -> list[tuple[str, str]]:
+        """(target id, reason) for every candidate that was not eligible."""
+        return [
+            (self.fleet.targets[int(c)].id, REASON_TEXT[Reason(int(r))])
+            for c, r in zip(self.candidates, self.reasons, strict=True)
+            if r != Reason.ELIGIBLE
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form for the audit line and `?explain=1`."""
+        cands: list[dict[str, Any]] = []
+        targets = self.fleet.targets
+        for k, c in enumerate(self.candidates):
+            if self.reasons[k] != Reason.ELIGIBLE:
+                continue
+            t = targets[int(c)]
+            entry: dict[str, Any] = {
+                "target": t.id,
+                "card": t.card.id,
+                "v_h_gb": round(float(self.v_used_gb[k]), 3),
+                "v_peak_gb": round(self.v_peak_gb + t.static_gb, 3),
+                "limit_gb": round(float(self.limit_gb[k]), 3),
+            }
+            if self.components is not None and self.scores is not None:
+                row = self.components[k]
+                entry["components"] = {
+                    name: round(float(v), 4) for name, v in zip(COMPONENTS, row, strict=True)
+                }
+                entry["score"] = round(float(self.scores[k]), 4)
+            cands.append(entry)
+        return {
+            "policy": self.arm.value,
+            "weights": dict(zip(COMPONENTS, self.weights, strict=True)),
+            "weights_version": self.weights_version,
+            "candidates": cands,
+            "rejected": [{"target": t, "reason": r} for t, r in self.rejected()],
+            "prefiltered_out": self.prefiltered_out,
+            "chosen": None if self.chosen is None else targets[self.chosen].id,
+            "spill": self.spill,
+            "degraded_from": self.degraded_from,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(slots=True)
+class Decision:
+    """The router's answer for one request; `target` is None when nothing can take it."""
+
+    request: Request
+    arm: Arm
+    outcome: Outcome
+    target: Target | None
+    explanation: Explanation
+    alternatives: tuple[int, ...] = ()
+    """Other eligible targets, best first: the gateway's retry-before-first-byte order."""
+    served_model: str = ""
+    transfer_s: float = 0.0
+    """KV transfer penalty a spilled request pays on its TTFT."""
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    def chosen_components(self) -> np.ndarray | None:
+        """The chosen target's score components (None for round-robin or no capacity)."""
+        expl = self.explanation
+        if expl.components is None or expl.chosen is None:
+            return None
+        pos = np.flatnonzero(expl.candidates == expl.chosen)
+        return expl.components[int(pos[0])] if pos.size else None

@@ -1,0 +1,371 @@
+"""Topology-aware router (reference scheduler, section 1) and the round-robin baseline.
+
+Per request: an O(1) pre-filter by (model, priority); eligibility (memory upper bound at
+0.92 x V_h, context window, health, stale telemetry, jitter demotion); then either the
+round-robin rotation over eligible targets or the learned weighted sum of five components
+(compute density, interconnect, memory headroom, load, jitter). The learned arm also keeps
+prompts on their prefix-cache home, gates spillover, and degrades to a smaller model when
+no target can meet the deadline. Everything is computed on small numpy arrays gathered in
+one indexing operation, so a decision costs tens of microseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from slaguard.fleet.fleet import Fleet
+from slaguard.fleet.request import Priority, Request
+from slaguard.scheduler.config import SchedulerConfig
+from slaguard.scheduler.explain import Decision, Explanation, Outcome, Reason
+from slaguard.scheduler.kv import PrefixDirectory, decide_spill, kv_transfer_s
+from slaguard.scheduler.rollout import Arm, ab_bucket
+from slaguard.scheduler.state import (
+    DEMOTED,
+    HEALTHY,
+    JITTER_Z,
+    KV_USED,
+    QUEUE,
+    REFRESHED_AT,
+    FleetState,
+)
+from slaguard.scheduler.weights import Weights
+
+TYPICAL_PROMPT_TOKENS = 1024
+"""Prompt size assumed for each queued request in the TTFT estimate."""
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateGroup:
+    """Pre-filter table entry: the targets serving one (model, priority) and their statics."""
+
+    model_id: str
+    indices: np.ndarray
+    compute: np.ndarray
+    interconnect: np.ndarray
+    slots: np.ndarray
+    kv_budget_gb: np.ndarray
+    static_gb: np.ndarray
+    context_window: np.ndarray
+    seconds_per_token: np.ndarray
+    kv_bytes_per_token: float
+    prefiltered_out: int
+
+
+def _build_groups(fleet: Fleet, cfg: SchedulerConfig) -> dict[tuple[str, Priority], CandidateGroup]:
+    max_ic = max(t.card.interconnect_gbps for t in fleet)
+    groups: dict[tuple[str, Priority], CandidateGroup] = {}
+    for model_id in fleet.models:
+        serving = [t for t in fleet if t.model.id == model_id]
+        if not serving:
+            continue
+        max_tflops = max(t.tflops for t in serving)
+        max_bw = max(t.card.memory_bandwidth_gbps * t.tp for t in serving)
+        for prio in Priority:
+            ts = [t for t in serving if prio in t.priorities]
+            if not ts:
+                continue
+            gen = [cfg.router.generations.get(t.card.generation) for t in ts]
+            gc = np.array([g.compute if g else 1.0 for g in gen])
+            gi = np.array([g.interconnect if g else 1.0 for g in gen])
+            tflops = np.array([t.tflops for t in ts])
+            bw = np.array([t.card.memory_bandwidth_gbps * t.tp for t in ts])
+            speed = 0.5 * tflops / max_tflops + 0.5 * bw / max_bw
+            flops_per_token = ts[0].model.prefill_flops_per_token
+            groups[(model_id, prio)] = CandidateGroup(
+                model_id=model_id,
+                indices=np.array([t.index for t in ts], dtype=np.intp),
+                compute=gc * tflops / max_tflops,
+                interconnect=gi * np.array([t.card.interconnect_gbps for t in ts]) / max_ic,
+                slots=cfg.router.load_slots_per_unit * speed,
+                kv_budget_gb=np.array([t.kv_budget_gb for t in ts]),
+                static_gb=np.array([t.static_gb for t in ts]),
+                context_window=np.array([t.model.context_window for t in ts]),
+                seconds_per_token=flops_per_token / (tflops * 1e12 * cfg.router.mfu_prefill),
+                kv_bytes_per_token=ts[0].model.kv_bytes_per_token,
+                prefiltered_out=len(fleet) - len(ts),
+            )
+    return groups
+
+
+class RoundRobin:
+    """Unbiased baseline: rotate over each (model, priority) group's eligible targets."""
+
+    def __init__(self) -> None:
+        self._next: dict[tuple[str, Priority], int] = {}
+
+    def choose(self, key: tuple[str, Priority], eligible: np.ndarray) -> int:
+        """Position (within the group) of the first eligible target at or after the pointer."""
+        n = len(eligible)
+        start = self._next.get(key, 0) % n
+        order = np.roll(np.arange(n), -start)
+        pos = int(order[np.argmax(eligible[order])])
+        self._next[key] = pos + 1
+        return pos
+
+
+class Router:
+    """Routes requests over a fleet; holds no clock and performs no I/O."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        state: FleetState,
+        cfg: SchedulerConfig,
+        weights: Weights,
+        directory: PrefixDirectory | None = None,
+    ) -> None:
+        self.fleet = fleet
+        self.state = state
+        self.cfg = cfg
+        self.weights = weights
+        self.directory = directory if directory is not None else PrefixDirectory()
+        self.groups = _build_groups(fleet, cfg)
+        self.round_robin = RoundRobin()
+
+    def route(self, request: Request, now_s: float, arm: Arm) -> Decision:
+        """One decision: never raises for a request nothing can take (NO_CAPACITY)."""
+        key = (request.model_id, request.priority)
+        group = self.groups.get(key)
+        if group is None:
+            return self._no_candidates(request, arm, key)
+        reasons, rows, v_peak = self._eligibility(group, request, now_s)
+        eligible = reasons == Reason.ELIGIBLE
+        if arm is Arm.ROUND_ROBIN:
+            expl = self._explanation(group, arm, reasons, rows, v_peak, None, None)
+            if not eligible.any():
+                expl.notes.append("no eligible target")
+                return Decision(
+                    request, arm, Outcome.NO_CAPACITY, None, expl, served_model=request.model_id
+                )
+            pos = self.round_robin.choose(key, eligible)
+            return self._decide(request, arm, Outcome.ROUTED, group, pos, expl, eligible)
+        return self._route_learned(request, now_s, group, reasons, rows, v_peak)
+
+    def _route_learned(
+        self,
+        request: Request,
+        now_s: float,
+        group: CandidateGroup,
+        reasons: np.ndarray,
+        rows: np.ndarray,
+        v_peak: float,
+    ) -> Decision:
+        arm = Arm.LEARNED
+        eligible = reasons == Reason.ELIGIBLE
+        comps, scores = self._score(group, request, rows, v_peak)
+        scores = np.where(eligible, scores, -np.inf)
+        expl = self._explanation(group, arm, reasons, rows, v_peak, comps, scores)
+        est = self._ttft_estimate(group, request, rows)
+        if self.cfg.degrade and (not eligible.any() or est[eligible].min() > request.deadline_s):
+            degraded = self._try_degrade(request, now_s, est, eligible, expl)
+            if degraded is not None:
+                return degraded
+        if not eligible.any():
+            expl.notes.append("no eligible target")
+            return Decision(
+                request, arm, Outcome.NO_CAPACITY, None, expl, served_model=request.model_id
+            )
+        best = int(np.argmax(scores))
+        home = self.directory.home(request.prefix_id)
+        hpos = np.flatnonzero(group.indices == home) if home is not None else np.empty(0)
+        if hpos.size:
+            h = int(hpos[0])
+            if eligible[h] and scores[h] >= scores[best] - self.cfg.router.affinity_margin:
+                expl.notes.append("prefix home: reuses cached prefix blocks")
+                return self._decide(request, arm, Outcome.ROUTED, group, h, expl, eligible)
+            if reasons[h] == Reason.MEMORY and h != best:
+                return self._spill(request, group, h, best, expl, eligible)
+        return self._decide(request, arm, Outcome.ROUTED, group, best, expl, eligible)
+
+    def _spill(
+        self,
+        request: Request,
+        group: CandidateGroup,
+        home: int,
+        dest: int,
+        expl: Explanation,
+        eligible: np.ndarray,
+    ) -> Decision:
+        targets = self.fleet.targets
+        src, dst = targets[int(group.indices[home])], targets[int(group.indices[dest])]
+        reused = len(request.prefix_blocks) * 512 if request.prefix_blocks else 0
+        transfer = kv_transfer_s(
+            min(reused, request.prompt_tokens), group.kv_bytes_per_token, src, dst, self.cfg.spill
+        )
+        verdict = decide_spill(
+            dest_free_ratio=self.state.free_kv_ratio(dst.index),
+            priority=request.priority,
+            probe=ab_bucket("spill:" + request.request_id),
+            transfer_s=transfer,
+            cfg=self.cfg.spill,
+        )
+        expl.spill = {
+            "from": src.id,
+            "to": dst.id,
+            "allowed": verdict.allowed,
+            "reason": verdict.reason,
+            "transfer_s": round(transfer, 4),
+        }
+        if not verdict.allowed:
+            expl.notes.append("prefix home saturated and spill not allowed: retry later")
+            return Decision(
+                request, Arm.LEARNED, Outcome.NO_CAPACITY, None, expl, served_model=request.model_id
+            )
+        expl.notes.append("spilled: loses prefix reuse, pays KV transfer")
+        return self._decide(
+            request, Arm.LEARNED, Outcome.SPILLED, group, dest, expl, eligible, transfer_s=transfer
+        )
+
+    def _try_degrade(
+        self,
+        request: Request,
+        now_s: float,
+        est: np.ndarray,
+        eligible: np.ndarray,
+        expl: Explanation,
+    ) -> Decision | None:
+        variant = self.fleet.models[request.model_id].degrade_to
+        if variant is None or (variant, request.priority) not in self.groups:
+            return None
+        group = self.groups[(variant, request.priority)]
+        reasons, rows, v_peak = self._eligibility(group, request, now_s)
+        ok = reasons == Reason.ELIGIBLE
+        if not ok.any():
+            return None
+        dest_est = self._ttft_estimate(group, request, rows)
+        current = float(est[eligible].min()) if eligible.any() else float("inf")
+        if float(dest_est[ok].min()) >= current:
+            return None
+        comps, scores = self._score(group, request, rows, v_peak)
+        scores = np.where(ok, scores, -np.inf)
+        dexpl = self._explanation(group, Arm.LEARNED, reasons, rows, v_peak, comps, scores)
+        dexpl.degraded_from = request.model_id
+        dexpl.notes = [
+            *expl.notes,
+            f"no {request.model_id} target meets the {request.deadline_s}s deadline "
+            f"(best estimate {current:.2f}s): degraded to {variant}",
+        ]
+        pos = int(np.argmax(scores))
+        return self._decide(
+            request, Arm.LEARNED, Outcome.DEGRADED, group, pos, dexpl, ok, served_model=variant
+        )
+
+    def _eligibility(
+        self, group: CandidateGroup, request: Request, now_s: float
+    ) -> tuple[np.ndarray, np.ndarray, float]:
+        rows = self.state.rows[group.indices]
+        tokens = request.prompt_tokens + request.max_new_tokens
+        v_peak = group.kv_bytes_per_token * tokens / 1e9
+        reasons = np.zeros(len(group.indices), dtype=np.int8)
+        reasons[rows[:, KV_USED] + v_peak > group.kv_budget_gb] = Reason.MEMORY
+        stale_after = self.cfg.router.stale_after_s
+        if stale_after is not None:
+            reasons[now_s - rows[:, REFRESHED_AT] > stale_after] = Reason.STALE
+        if request.priority is not Priority.LOW:
+            reasons[rows[:, DEMOTED] > 0] = Reason.DEMOTED
+        reasons[rows[:, HEALTHY] == 0] = Reason.UNHEALTHY
+        reasons[tokens > group.context_window] = Reason.CONTEXT
+        return reasons, rows, v_peak
+
+    def _score(
+        self, group: CandidateGroup, request: Request, rows: np.ndarray, v_peak: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        rc = self.cfg.router
+        intensity = min(1.0, request.prompt_tokens / rc.long_prompt_tokens)
+        comps = np.empty((len(group.indices), 5))
+        comps[:, 0] = intensity * group.compute
+        comps[:, 1] = intensity * group.interconnect
+        comps[:, 2] = np.clip(1.0 - (rows[:, KV_USED] + v_peak) / group.kv_budget_gb, 0.0, 1.0)
+        comps[:, 3] = 1.0 / (1.0 + rows[:, QUEUE] / group.slots)
+        comps[:, 4] = 1.0 - np.clip(rows[:, JITTER_Z] / rc.jitter_z_cap, 0.0, 1.0)
+        return comps, comps @ self.weights.as_array()
+
+    @staticmethod
+    def _ttft_estimate(group: CandidateGroup, request: Request, rows: np.ndarray) -> np.ndarray:
+        queued = rows[:, QUEUE] * TYPICAL_PROMPT_TOKENS / np.maximum(group.slots / 4.0, 1.0)
+        est: np.ndarray = (request.prompt_tokens + queued) * group.seconds_per_token
+        return est
+
+    def _explanation(
+        self,
+        group: CandidateGroup,
+        arm: Arm,
+        reasons: np.ndarray,
+        rows: np.ndarray,
+        v_peak: float,
+        comps: np.ndarray | None,
+        scores: np.ndarray | None,
+    ) -> Explanation:
+        return Explanation(
+            fleet=self.fleet,
+            arm=arm,
+            candidates=group.indices,
+            reasons=reasons,
+            components=comps,
+            scores=scores,
+            v_peak_gb=v_peak,
+            v_used_gb=group.static_gb + rows[:, KV_USED],
+            limit_gb=group.static_gb + group.kv_budget_gb,
+            weights=self.weights.values,
+            weights_version=self.weights.version,
+            prefiltered_out=group.prefiltered_out,
+        )
+
+    def _decide(
+        self,
+        request: Request,
+        arm: Arm,
+        outcome: Outcome,
+        group: CandidateGroup,
+        pos: int,
+        expl: Explanation,
+        eligible: np.ndarray,
+        *,
+        transfer_s: float = 0.0,
+        served_model: str | None = None,
+    ) -> Decision:
+        index = int(group.indices[pos])
+        expl.chosen = index
+        if expl.scores is not None:
+            order = np.argsort(-expl.scores, kind="stable")
+        else:
+            order = np.arange(len(group.indices))
+        alternatives = tuple(int(group.indices[k]) for k in order if eligible[k] and k != pos)
+        if outcome is not Outcome.SPILLED:
+            self.directory.record(request.prefix_id, index)
+        return Decision(
+            request,
+            arm,
+            outcome,
+            self.fleet.targets[index],
+            expl,
+            alternatives=alternatives,
+            served_model=served_model or group.model_id,
+            transfer_s=transfer_s,
+        )
+
+    def _no_candidates(self, request: Request, arm: Arm, key: tuple[str, Priority]) -> Decision:
+        empty = np.empty(0, dtype=np.intp)
+        expl = Explanation(
+            fleet=self.fleet,
+            arm=arm,
+            candidates=empty,
+            reasons=np.empty(0, dtype=np.int8),
+            components=None,
+            scores=None,
+            v_peak_gb=0.0,
+            v_used_gb=np.empty(0),
+            limit_gb=np.empty(0),
+            weights=self.weights.values,
+            weights_version=self.weights.version,
+            prefiltered_out=len(self.fleet),
+        )
+        if request.model_id not in self.fleet.models:
+            expl.notes.append(f"unknown model {request.model_id!r}")
+        else:
+            expl.notes.append(f"no target serves {key[0]} at priority {key[1].value}")
+        return Decision(
+            request, arm, Outcome.NO_CAPACITY, None, expl, served_model=request.model_id
+        )
