@@ -1,0 +1,48 @@
+"""docs/metrics.md and the real exposition name the same families, types and labels."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from slaguard.fleet import load_fleet
+from slaguard.telemetry import SlaguardMetrics, fleet_target_labels, render_snapshot
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
+ROW = re.compile(r"^\| `(?P<name>slaguard_\w+)` \| (?P<type>\w+) \| (?P<labels>[^|]*) \|")
+
+
+def documented() -> dict[str, tuple[str, frozenset[str]]]:
+    rows: dict[str, tuple[str, frozenset[str]]] = {}
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        m = ROW.match(line)
+        if m:
+            assert m["name"] not in rows, f"{m['name']} documented twice"
+            labels = frozenset(x.strip() for x in m["labels"].split(",") if x.strip())
+            rows[m["name"]] = (m["type"], labels)
+    return rows
+
+
+def exposed() -> dict[str, tuple[str, frozenset[str]]]:
+    metrics = SlaguardMetrics(CollectorRegistry(), targets=fleet_target_labels(load_fleet()))
+    out: dict[str, tuple[str, frozenset[str]]] = {}
+    for fam in text_string_to_metric_families(render_snapshot(metrics.registry)):
+        name = f"{fam.name}_total" if fam.type == "counter" else fam.name
+        labels = frozenset(k for s in fam.samples for k in s.labels if k != "le")
+        out[name] = (fam.type, labels)
+    return out
+
+
+def test_every_exposed_family_is_documented_and_every_documented_one_exposed() -> None:
+    docs, live = documented(), exposed()
+    assert sorted(set(live) - set(docs)) == [], "exposed but not in docs/metrics.md"
+    assert sorted(set(docs) - set(live)) == [], "in docs/metrics.md but not exposed"
+
+
+def test_documented_types_and_labels_match_the_exposition() -> None:
+    docs, live = documented(), exposed()
+    wrong = {name: (docs[name], live[name]) for name in live if docs.get(name) != live[name]}
+    assert wrong == {}
