@@ -1,0 +1,68 @@
+"""`slaguard demo`: the main job on embedded defaults.
+
+Routes a handful of representative requests over the default fleet with both policies
+and prints each decision with its explanation: a first look at what the scheduler does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from slaguard.cli.fleet import FleetOption, load_or_fail
+from slaguard.fleet import Priority, Request
+from slaguard.scheduler.core import Scheduler
+from slaguard.scheduler.explain import Decision
+from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN
+
+SAMPLES: tuple[tuple[int, int, str, Priority, float], ...] = (
+    (24_000, 300, "llama3.1-70b", Priority.HIGH, 6.0),
+    (900, 120, "llama3.1-70b", Priority.NORMAL, 4.0),
+    (400, 60, "llama3.1-8b", Priority.HIGH, 1.5),
+    (1_500, 200, "llama3.1-8b", Priority.LOW, 12.0),
+    (6_000, 500, "llama3.1-8b", Priority.NORMAL, 4.0),
+    (200_000, 100, "llama3.1-8b", Priority.NORMAL, 4.0),
+)
+
+
+def _describe(d: Decision) -> str:
+    e = d.explanation.to_dict()
+    ranked = sorted((c for c in e["candidates"] if "score" in c), key=lambda c: -float(c["score"]))[
+        :3
+    ]
+    top = ", ".join(f"{c['target']} {c['score']:.3f}" for c in ranked)
+    parts = [f"top: {top}"] if top else []
+    if not ranked and e["candidates"]:
+        parts.append(f"{len(e['candidates'])} eligible, next in the round-robin rotation")
+    if e["rejected"]:
+        first = e["rejected"][0]
+        parts.append(f"{len(e['rejected'])} rejected (e.g. {first['target']}: {first['reason']})")
+    parts.extend(e["notes"])
+    return "; ".join(parts)
+
+
+def demo(fleet_file: Path | None = FleetOption) -> None:
+    """Route sample requests with round-robin and the learned policy; explain each."""
+    fleet = load_or_fail(fleet_file)
+    console = Console()
+    console.print(f"[bold]slaguard demo[/]: {fleet.name}, {len(fleet)} targets")
+    for mode in (ROUND_ROBIN, LEARNED):
+        sched = Scheduler(fleet)
+        # a busy moment: the L40S cards already hold queued work
+        for t in fleet:
+            if t.card.id == "l40s":
+                sched.state.refresh(t.index, 0.0, queue_depth=12, kv_used_gb=8.0)
+        console.print(f"\n[bold]policy: {mode.label}[/] (weights {sched.weights.version})")
+        for i, (prompt, gen, model, prio, deadline) in enumerate(SAMPLES):
+            r = Request(f"demo-{i}", prompt, gen, model, prio, deadline)
+            d = sched.decide(r, 0.0, mode)
+            if d.target is not None:
+                sched.state.add_queue(d.target.index, 1)
+            where = d.target.id if d.target else "-"
+            console.print(
+                f"  {r.request_id}: {model} {prio.value} prompt={prompt} "
+                f"-> [bold]{where}[/] ({d.outcome.value})"
+            )
+            console.print(f"      {_describe(d)}", highlight=False)
+    console.print("Next: `slaguard fleet show` for the fleet, `make test` for the suite.")

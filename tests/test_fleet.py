@@ -1,0 +1,148 @@
+"""Fleet files and catalogues: derived numbers and one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slaguard.fleet import FleetError, build_fleet, load_fleet
+from slaguard.fleet.fleet import MEMORY_HEADROOM
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_default_fleet_is_mixed_and_large_enough() -> None:
+    fleet = load_fleet()
+    assert len(fleet) == 19
+    assert {"h100", "h200", "l40s", "ascend910b"} <= set(fleet.card_types())
+    assert len({t.model.id for t in fleet}) >= 2
+
+
+def test_example_fleet_file_is_the_builtin_default() -> None:
+    packaged = (ROOT / "slaguard" / "data" / "fleet.yaml").read_text()
+    assert (ROOT / "examples" / "fleet.yaml").read_text() == packaged
+
+
+def test_kv_bytes_per_token_follow_gqa() -> None:
+    models = load_fleet().models
+    # 2 (K,V) x 80 layers x 8 KV heads x 128 head dim x 2 bytes; 64 query heads would be 8x
+    assert models["llama3.1-70b"].kv_bytes_per_token == 327_680
+    assert models["llama3.1-8b"].kv_bytes_per_token == 131_072
+    # the design document: 70B at 8K context ~ a few GB of KV per request
+    assert 2.5 < models["llama3.1-70b"].kv_bytes_per_token * 8192 / 1e9 < 6
+
+
+def test_kv_budget_is_memory_under_headroom_minus_static() -> None:
+    t = load_fleet().target("h100-8b-0")
+    assert t.kv_budget_gb == pytest.approx(MEMORY_HEADROOM * 80 - 8.03 * 2 - 2.0)
+
+
+def test_spec_sheet_figures_reach_the_catalogue() -> None:
+    cards = load_fleet().cards
+    assert (cards["h200"].memory_gb, cards["h200"].memory_bandwidth_gbps) == (141, 4800)
+    assert cards["l40s"].interconnect_gbps == 64
+    assert cards["h100"].bf16_tflops == 989
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        (
+            {"targets": [{"id": "a", "model": "llama3.1-8b", "card": "h900"}]},
+            "targets[0].card: unknown card type 'h900'",
+        ),
+        (
+            {"targets": [{"id": "a", "model": "gpt-9", "card": "h100"}]},
+            "targets[0].model: unknown model 'gpt-9'",
+        ),
+        ({"targets": [{"id": "a", "model": "llama3.1-70b", "card": "h100"}]}, "fix: set tp >= 2"),
+        (
+            {
+                "targets": [
+                    {"id": "a", "model": "llama3.1-8b", "card": "h100"},
+                    {"id": "a", "model": "llama3.1-8b", "card": "h100"},
+                ]
+            },
+            "targets[1].id: duplicate target id 'a'",
+        ),
+        (
+            {
+                "cards": {
+                    "x": {
+                        "name": "X",
+                        "generation": "g",
+                        "memory_gb": -1,
+                        "memory_bandwidth_gbps": 1,
+                        "bf16_tflops": 1,
+                        "interconnect": "pcie",
+                        "interconnect_gbps": 1,
+                        "failure_rate_per_hour": 0,
+                    }
+                },
+                "targets": [{"id": "a", "model": "llama3.1-8b", "card": "x"}],
+            },
+            "cards.x.memory_gb",
+        ),
+        (
+            {"targets": [{"id": "a", "model": "llama3.1-8b", "card": "h100", "tp": 0}]},
+            "targets[0].tp",
+        ),
+    ],
+)
+def test_mistakes_name_file_field_and_fix(doc: dict[str, object], expected: str) -> None:
+    with pytest.raises(FleetError) as err:
+        build_fleet(doc, "fleet.yaml")
+    msg = str(err.value)
+    assert msg.startswith("fleet.yaml: ")
+    assert expected in msg
+    assert "fix:" in msg
+    assert "\n" not in msg
+
+
+def test_cli_exits_2_with_one_line_and_no_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "fleet.yaml"
+    bad.write_text(
+        yaml.safe_dump({"targets": [{"id": "a", "model": "llama3.1-8b", "card": "h900"}]})
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "slaguard", "fleet", "show", "--fleet", str(bad)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "targets[0].card" in lines[0] and str(bad) in lines[0]
+
+
+def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(FleetError, match="file not found"):
+        load_fleet(tmp_path / "nope.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("targets: [\n  - {id: a\n")
+    with pytest.raises(FleetError, match=r"line \d+: invalid YAML"):
+        load_fleet(broken)
+
+
+def test_count_expands_ids_and_url_template() -> None:
+    fleet = build_fleet(
+        {
+            "targets": [
+                {
+                    "id": "l",
+                    "model": "llama3.1-8b",
+                    "card": "l40s",
+                    "count": 3,
+                    "url": "http://127.0.0.1:90{i}0",
+                }
+            ]
+        }
+    )
+    assert [t.id for t in fleet] == ["l-0", "l-1", "l-2"]
+    assert fleet.target("l-2").url == "http://127.0.0.1:9020"
