@@ -119,8 +119,6 @@ class Decision:
     outcome: Outcome
     target: Target | None
     explanation: Explanation
-    alternatives: tuple[int, ...] = ()
-    """Other eligible targets, best first: the gateway's retry-before-first-byte order."""
     served_model: str = ""
     transfer_s: float = 0.0
     """KV transfer penalty a spilled request pays on its TTFT."""
@@ -128,6 +126,18 @@ class Decision:
     @property
     def request_id(self) -> str:
         return self.request.request_id
+
+    @property
+    def alternatives(self) -> tuple[int, ...]:
+        """Other eligible targets, best first: the gateway's retry-before-first-byte order."""
+        expl = self.explanation
+        ok = expl.reasons == Reason.ELIGIBLE
+        if expl.scores is not None:
+            order = np.argsort(-expl.scores, kind="stable")
+            ranked = expl.candidates[order][ok[order]]
+        else:
+            ranked = expl.candidates[ok]
+        return tuple(int(i) for i in ranked if i != expl.chosen)
 
     def chosen_components(self) -> np.ndarray | None:
         """The chosen target's score components (None for round-robin or no capacity)."""

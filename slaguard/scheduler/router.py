@@ -32,6 +32,14 @@ from slaguard.scheduler.state import (
 )
 from slaguard.scheduler.weights import Weights
 
+_MEMORY, _CONTEXT, _UNHEALTHY, _STALE, _DEMOTED = (
+    int(Reason.MEMORY),
+    int(Reason.CONTEXT),
+    int(Reason.UNHEALTHY),
+    int(Reason.STALE),
+    int(Reason.DEMOTED),
+)
+
 TYPICAL_PROMPT_TOKENS = 1024
 """Prompt size assumed for each queued request in the TTFT estimate."""
 
@@ -48,6 +56,8 @@ class CandidateGroup:
     kv_budget_gb: np.ndarray
     static_gb: np.ndarray
     context_window: np.ndarray
+    min_context: int
+    limit_gb: np.ndarray
     seconds_per_token: np.ndarray
     kv_bytes_per_token: float
     prefiltered_out: int
@@ -82,6 +92,8 @@ def _build_groups(fleet: Fleet, cfg: SchedulerConfig) -> dict[tuple[str, Priorit
                 kv_budget_gb=np.array([t.kv_budget_gb for t in ts]),
                 static_gb=np.array([t.static_gb for t in ts]),
                 context_window=np.array([t.model.context_window for t in ts]),
+                min_context=min(t.model.context_window for t in ts),
+                limit_gb=np.array([t.static_gb + t.kv_budget_gb for t in ts]),
                 seconds_per_token=flops_per_token / (tflops * 1e12 * cfg.router.mfu_prefill),
                 kv_bytes_per_token=ts[0].model.kv_bytes_per_token,
                 prefiltered_out=len(fleet) - len(ts),
@@ -97,10 +109,10 @@ class RoundRobin:
 
     def choose(self, key: tuple[str, Priority], eligible: np.ndarray) -> int:
         """Position (within the group) of the first eligible target at or after the pointer."""
-        n = len(eligible)
-        start = self._next.get(key, 0) % n
-        order = np.roll(np.arange(n), -start)
-        pos = int(order[np.argmax(eligible[order])])
+        ok = np.flatnonzero(eligible)
+        start = self._next.get(key, 0) % len(eligible)
+        k = int(np.searchsorted(ok, start))
+        pos = int(ok[k]) if k < len(ok) else int(ok[0])
         self._next[key] = pos + 1
         return pos
 
@@ -124,6 +136,15 @@ class Router:
         self.groups = _build_groups(fleet, cfg)
         self.round_robin = RoundRobin()
 
+    @property
+    def weights(self) -> Weights:
+        return self._weights
+
+    @weights.setter
+    def weights(self, value: Weights) -> None:
+        self._weights = value
+        self._w = value.as_array()
+
     def route(self, request: Request, now_s: float, arm: Arm) -> Decision:
         """One decision: never raises for a request nothing can take (NO_CAPACITY)."""
         key = (request.model_id, request.priority)
@@ -131,7 +152,7 @@ class Router:
         if group is None:
             return self._no_candidates(request, arm, key)
         reasons, rows, v_peak = self._eligibility(group, request, now_s)
-        eligible = reasons == Reason.ELIGIBLE
+        eligible = reasons == 0
         if arm is Arm.ROUND_ROBIN:
             expl = self._explanation(group, arm, reasons, rows, v_peak, None, None)
             if not eligible.any():
@@ -153,7 +174,7 @@ class Router:
         v_peak: float,
     ) -> Decision:
         arm = Arm.LEARNED
-        eligible = reasons == Reason.ELIGIBLE
+        eligible = reasons == 0
         comps, scores = self._score(group, request, rows, v_peak)
         scores = np.where(eligible, scores, -np.inf)
         expl = self._explanation(group, arm, reasons, rows, v_peak, comps, scores)
@@ -259,14 +280,15 @@ class Router:
         tokens = request.prompt_tokens + request.max_new_tokens
         v_peak = group.kv_bytes_per_token * tokens / 1e9
         reasons = np.zeros(len(group.indices), dtype=np.int8)
-        reasons[rows[:, KV_USED] + v_peak > group.kv_budget_gb] = Reason.MEMORY
+        reasons[rows[:, KV_USED] + v_peak > group.kv_budget_gb] = _MEMORY
         stale_after = self.cfg.router.stale_after_s
         if stale_after is not None:
-            reasons[now_s - rows[:, REFRESHED_AT] > stale_after] = Reason.STALE
+            reasons[now_s - rows[:, REFRESHED_AT] > stale_after] = _STALE
         if request.priority is not Priority.LOW:
-            reasons[rows[:, DEMOTED] > 0] = Reason.DEMOTED
-        reasons[rows[:, HEALTHY] == 0] = Reason.UNHEALTHY
-        reasons[tokens > group.context_window] = Reason.CONTEXT
+            reasons[rows[:, DEMOTED] > 0] = _DEMOTED
+        reasons[rows[:, HEALTHY] == 0] = _UNHEALTHY
+        if tokens > group.min_context:
+            reasons[tokens > group.context_window] = _CONTEXT
         return reasons, rows, v_peak
 
     def _score(
@@ -277,10 +299,12 @@ class Router:
         comps = np.empty((len(group.indices), 5))
         comps[:, 0] = intensity * group.compute
         comps[:, 1] = intensity * group.interconnect
-        comps[:, 2] = np.clip(1.0 - (rows[:, KV_USED] + v_peak) / group.kv_budget_gb, 0.0, 1.0)
+        headroom = 1.0 - (rows[:, KV_USED] + v_peak) / group.kv_budget_gb
+        comps[:, 2] = np.minimum(np.maximum(headroom, 0.0), 1.0)
         comps[:, 3] = 1.0 / (1.0 + rows[:, QUEUE] / group.slots)
-        comps[:, 4] = 1.0 - np.clip(rows[:, JITTER_Z] / rc.jitter_z_cap, 0.0, 1.0)
-        return comps, comps @ self.weights.as_array()
+        jitter = rows[:, JITTER_Z] / rc.jitter_z_cap
+        comps[:, 4] = 1.0 - np.minimum(np.maximum(jitter, 0.0), 1.0)
+        return comps, comps @ self._w
 
     @staticmethod
     def _ttft_estimate(group: CandidateGroup, request: Request, rows: np.ndarray) -> np.ndarray:
@@ -307,7 +331,7 @@ class Router:
             scores=scores,
             v_peak_gb=v_peak,
             v_used_gb=group.static_gb + rows[:, KV_USED],
-            limit_gb=group.static_gb + group.kv_budget_gb,
+            limit_gb=group.limit_gb,
             weights=self.weights.values,
             weights_version=self.weights.version,
             prefiltered_out=group.prefiltered_out,
@@ -328,11 +352,6 @@ class Router:
     ) -> Decision:
         index = int(group.indices[pos])
         expl.chosen = index
-        if expl.scores is not None:
-            order = np.argsort(-expl.scores, kind="stable")
-        else:
-            order = np.arange(len(group.indices))
-        alternatives = tuple(int(group.indices[k]) for k in order if eligible[k] and k != pos)
         if outcome is not Outcome.SPILLED:
             self.directory.record(request.prefix_id, index)
         return Decision(
@@ -341,7 +360,6 @@ class Router:
             outcome,
             self.fleet.targets[index],
             expl,
-            alternatives=alternatives,
             served_model=served_model or group.model_id,
             transfer_s=transfer_s,
         )

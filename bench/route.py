@@ -1,0 +1,139 @@
+"""In-process routing decision cost: learned (explanation included) vs round-robin.
+
+Fleets of 16, 64 and 256 targets are built by repeating the default fleet's mix; each
+decision runs against a fleet picture with varied queues and KV use. Prints a table, or
+JSON with --json. Goal (issue): learned p99 <= 0.25 ms at 64 targets and <= 3x round-robin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import time
+from typing import Any
+
+import numpy as np
+
+from slaguard.fleet import Fleet, Priority, Request, build_fleet
+from slaguard.scheduler.core import Scheduler
+from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, FleetMode
+
+MIX = [
+    ("h100-70b", "llama3.1-70b", "h100", 4),
+    ("h200-70b", "llama3.1-70b", "h200", 2),
+    ("a100-70b", "llama3.1-70b", "a100", 4),
+    ("ascend-70b", "llama3.1-70b", "ascend910b", 4),
+    ("h100-8b", "llama3.1-8b", "h100", 1),
+    ("h200-8b", "llama3.1-8b", "h200", 1),
+    ("l40s-8b", "llama3.1-8b", "l40s", 1),
+    ("l40s-8b-b", "llama3.1-8b", "l40s", 1),
+]
+
+
+def fleet_of_size(n: int) -> Fleet:
+    """n targets, half per model, cycling through the card mix."""
+    per = n // len(MIX)
+    targets = [
+        {"id": tid, "model": model, "card": card, "tp": tp, "count": per}
+        for tid, model, card, tp in MIX
+    ]
+    return build_fleet({"name": f"bench-{n}", "targets": targets}, f"<bench {n}>")
+
+
+def requests(n: int, seed: int) -> list[Request]:
+    rng = np.random.default_rng(seed)
+    prompts = rng.lognormal(6.9, 1.0, n).astype(int) + 1
+    models = rng.choice(["llama3.1-70b", "llama3.1-8b"], n)
+    prios = rng.choice(list(Priority), n, p=[0.2, 0.6, 0.2])
+    return [
+        Request(f"b{i}", int(min(prompts[i], 60_000)), 200, str(models[i]), prios[i], 4.0)
+        for i in range(n)
+    ]
+
+
+def measure(fleet: Fleet, mode: FleetMode, reqs: list[Request]) -> dict[str, float]:
+    sched = Scheduler(fleet)
+    rng = np.random.default_rng(3)
+    for t in fleet:
+        sched.state.refresh(
+            t.index,
+            0.0,
+            queue_depth=float(rng.integers(0, 30)),
+            kv_used_gb=float(rng.uniform(0, 0.7)) * t.kv_budget_gb,
+        )
+    for r in reqs[:500]:  # warm-up
+        sched.decide(r, 0.0, mode)
+    samples = np.empty(len(reqs))
+    clock = time.perf_counter_ns
+    gc.disable()
+    try:
+        for i, r in enumerate(reqs):
+            t0 = clock()
+            sched.decide(r, 0.0, mode)
+            samples[i] = clock() - t0
+    finally:
+        gc.enable()
+    us = samples / 1e3
+    return {
+        "p50_us": float(np.percentile(us, 50)),
+        "p99_us": float(np.percentile(us, 99)),
+        "decisions_per_s": float(1e6 / us.mean()),
+    }
+
+
+def run(n_requests: int) -> dict[str, Any]:
+    reqs = requests(n_requests, seed=11)
+    rows = []
+    for size in (16, 64, 256):
+        fleet = fleet_of_size(size)
+        learned = measure(fleet, LEARNED, reqs)
+        rr = measure(fleet, ROUND_ROBIN, reqs)
+        rows.append(
+            {
+                "targets": size,
+                "learned": learned,
+                "round_robin": rr,
+                "p99_ratio": learned["p99_us"] / rr["p99_us"],
+                "mean_ratio": rr["decisions_per_s"] / learned["decisions_per_s"],
+            }
+        )
+    return {
+        "bench": "route",
+        "machine": f"{platform.machine()}, {platform.python_implementation()} "
+        f"{platform.python_version()}",
+        "requests_per_fleet": n_requests,
+        "rows": rows,
+        "goal": {"p99_us_at_64": 250, "max_ratio_vs_round_robin": 3.0},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args()
+    result = run(args.requests)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(
+        f"routing decision cost, {result['requests_per_fleet']} requests per fleet "
+        f"({result['machine']})"
+    )
+    print(
+        f"{'targets':>7} | {'learned p50':>11} {'p99':>8} {'dec/s':>9} | "
+        f"{'rr p50':>7} {'p99':>8} {'dec/s':>9} | {'p99 x':>6} {'cost x':>6}"
+    )
+    for row in result["rows"]:
+        lr, rr = row["learned"], row["round_robin"]
+        print(
+            f"{row['targets']:>7} | {lr['p50_us']:>9.1f}us {lr['p99_us']:>6.1f}us "
+            f"{lr['decisions_per_s']:>9.0f} | {rr['p50_us']:>5.1f}us {rr['p99_us']:>6.1f}us "
+            f"{rr['decisions_per_s']:>9.0f} | {row['p99_ratio']:>6.2f} {row['mean_ratio']:>6.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
