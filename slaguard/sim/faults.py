@@ -1,0 +1,360 @@
+"""Fault scenarios (YAML): what goes wrong, where and when, for incident rehearsal.
+
+The schema of issue 3 is accepted exactly (extra fields are kept, not rejected). A
+`FaultSchedule` answers the engine's questions at simulated time `now_s` without I/O:
+a target's latency factor, whether it has failed, the active hot prompt, the arrival-rate
+factor. Arrival-side faults (load_spike, hot_prompt) are applied to the trace up front by
+`apply_arrival_faults`, deterministically for a seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from slaguard.fleet import Fleet, Target
+from slaguard.sim.trace import BLOCK_TOKENS, Trace, concat_traces, gather_rows, prefix_key_of
+
+KINDS = ("jitter", "fail", "hot_prompt", "new_model", "load_spike")
+HOT_BLOCK_BASE = 1 << 40
+"""Block ids of injected hot prompts start here, far above any real trace's ids."""
+
+
+class FaultError(ValueError):
+    """A scenario mistake, worded as one line: `file:line: field: problem; fix: ...`."""
+
+
+class _Window(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    start_s: float = Field(ge=0)
+    end_s: float = math.inf
+
+    @model_validator(mode="after")
+    def _ordered(self) -> _Window:
+        if not self.end_s > self.start_s:
+            raise ValueError(f"end_s ({self.end_s}) must be after start_s ({self.start_s})")
+        return self
+
+    def active(self, now_s: float) -> bool:
+        return self.start_s <= now_s < self.end_s
+
+
+class JitterFault(_Window):
+    """Latency of a target (by id) or of every target on a card type multiplied by factor."""
+
+    kind: Literal["jitter"]
+    target: str = Field(min_length=1)
+    end_s: float
+    factor: float = Field(gt=0)
+
+
+class FailFault(_Window):
+    """The target stops answering; its in-flight requests fail."""
+
+    kind: Literal["fail"]
+    target: str = Field(min_length=1)
+    end_s: float
+
+
+class HotPromptFault(_Window):
+    """One identical prompt (same prefix blocks) as `share` of the arrivals in the window."""
+
+    kind: Literal["hot_prompt"]
+    end_s: float
+    share: float = Field(gt=0, le=1)
+    prompt_tokens: int = Field(gt=0)
+    output_tokens: int | None = Field(default=None, gt=0)
+
+
+class NewModelFault(_Window):
+    """A new version of `model` goes live at start_s; its replicas run `latency_factor` slower."""
+
+    kind: Literal["new_model"]
+    model: str = Field(min_length=1)
+    latency_factor: float = Field(gt=0)
+
+
+class LoadSpikeFault(_Window):
+    """Arrivals in the window multiplied by factor (extra copies or thinning)."""
+
+    kind: Literal["load_spike"]
+    end_s: float
+    factor: float = Field(gt=0)
+
+
+Fault = Annotated[
+    JitterFault | FailFault | HotPromptFault | NewModelFault | LoadSpikeFault,
+    Field(discriminator="kind"),
+]
+
+
+class FaultScenario(BaseModel):
+    """The whole file: `faults:` and anything else the author wants to keep alongside."""
+
+    model_config = ConfigDict(extra="allow")
+
+    faults: list[Fault] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FaultSchedule:
+    """Answers "what is broken at now_s?" for the engine; pure, no clock reads."""
+
+    faults: tuple[Fault, ...] = ()
+    source: str = "<no faults>"
+
+    def latency_factor(self, target: Target, now_s: float) -> float:
+        """Product of active jitters on the target or its card type, and new-model slowdowns."""
+        factor = 1.0
+        for fault in self.faults:
+            if not fault.active(now_s):
+                continue
+            if isinstance(fault, JitterFault) and fault.target in (target.id, target.card.id):
+                factor *= fault.factor
+            elif isinstance(fault, NewModelFault) and fault.model == target.model.id:
+                factor *= fault.latency_factor
+        return factor
+
+    def is_failed(self, target_id: str, now_s: float) -> bool:
+        return any(
+            isinstance(f, FailFault) and f.target == target_id and f.active(now_s)
+            for f in self.faults
+        )
+
+    def hot_prompt(self, now_s: float) -> HotPromptFault | None:
+        """The hot prompt active at now_s (the first one listed, if windows overlap)."""
+        for fault in self.faults:
+            if isinstance(fault, HotPromptFault) and fault.active(now_s):
+                return fault
+        return None
+
+    def arrival_rate_factor(self, now_s: float) -> float:
+        factor = 1.0
+        for fault in self.faults:
+            if isinstance(fault, LoadSpikeFault) and fault.active(now_s):
+                factor *= fault.factor
+        return factor
+
+    def change_times(self) -> tuple[float, ...]:
+        """Every time any answer can change, sorted: the engine may cache between them."""
+        times = {f.start_s for f in self.faults} | {f.end_s for f in self.faults}
+        return tuple(sorted(t for t in times if math.isfinite(t)))
+
+    def report_rows(self) -> list[dict[str, Any]]:
+        """`faults` entries of the simulate report: {kind, target, start_s, end_s}."""
+        rows: list[dict[str, Any]] = []
+        for f in self.faults:
+            subject = (
+                f.target
+                if isinstance(f, JitterFault | FailFault)
+                else (f.model if isinstance(f, NewModelFault) else None)
+            )
+            end = f.end_s if math.isfinite(f.end_s) else None
+            rows.append({"kind": f.kind, "target": subject, "start_s": f.start_s, "end_s": end})
+        return rows
+
+
+def _node_line(root: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
+    """Line (1-based) of the YAML node a validation error points at, as deep as it exists."""
+    node = root
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        child: yaml.Node | None = None
+        if isinstance(node, yaml.MappingNode):
+            child = next((v for k, v in node.value if k.value == part), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            child = node.value[part] if part < len(node.value) else None
+        if child is None:
+            break
+        node = child
+        line = node.start_mark.line + 1
+    return line
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+_FIXES = {
+    "missing": "add the field",
+    "greater_than": "use a larger value",
+    "greater_than_equal": "use a larger value",
+    "less_than_equal": "use a smaller value",
+    "float_parsing": "write a number",
+    "int_parsing": "write a whole number",
+    "string_type": "write a name",
+    "union_tag_invalid": f"use a kind among {', '.join(KINDS)}",
+    "union_tag_not_found": f"add `kind:` ({', '.join(KINDS)})",
+    "list_type": "write `faults:` as a list of entries",
+    "model_type": "write a mapping of fields",
+}
+
+
+def _validation_error(source: str, root: yaml.Node | None, exc: ValidationError) -> FaultError:
+    err = exc.errors()[0]
+    loc = tuple(p for p in err["loc"] if p not in KINDS)
+    line = _node_line(root, loc)
+    where = f"{source}:{line}" if line is not None else source
+    value = err.get("input")
+    shown = f" (got {value!r})" if not isinstance(value, dict | list) and value is not None else ""
+    fix = _FIXES.get(err["type"], "correct the value")
+    message = str(err["msg"]).removeprefix("Value error, ")
+    return FaultError(f"{where}: {_field(loc) or 'faults'}: {message}{shown}; fix: {fix}")
+
+
+def check_against_fleet(schedule: FaultSchedule, fleet: Fleet) -> None:
+    """Every named target, card type and model must exist in the fleet."""
+    target_ids = {t.id for t in fleet.targets}
+    card_types = set(fleet.card_types())
+    served = {t.model.id for t in fleet.targets}
+    for i, f in enumerate(schedule.faults):
+        field = f"faults[{i}]"
+        if isinstance(f, JitterFault) and f.target not in target_ids | card_types:
+            raise FaultError(
+                f"{schedule.source}: {field}.target: unknown target or card type {f.target!r} "
+                f"in fleet {fleet.name!r}; fix: use a target id or one of {sorted(card_types)}"
+            )
+        if isinstance(f, FailFault) and f.target not in target_ids:
+            raise FaultError(
+                f"{schedule.source}: {field}.target: unknown target {f.target!r} in fleet "
+                f"{fleet.name!r}; fix: use a target id such as {sorted(target_ids)[0]!r}"
+            )
+        if isinstance(f, NewModelFault) and f.model not in served:
+            raise FaultError(
+                f"{schedule.source}: {field}.model: model {f.model!r} is not served by fleet "
+                f"{fleet.name!r}; fix: use one of {sorted(served)}"
+            )
+
+
+def parse_faults(text: str, source: str = "<faults>", fleet: Fleet | None = None) -> FaultSchedule:
+    """Validate scenario text; raise FaultError naming file, line, field and the fix."""
+    try:
+        root = yaml.compose(text)
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise FaultError(f"{source}{line}: invalid YAML; fix: correct the syntax") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise FaultError(f"{source}:1: not a mapping; fix: start the file with `faults:`")
+    if raw.get("faults") is None:
+        raw = {**raw, "faults": []}
+    try:
+        scenario = FaultScenario.model_validate(raw)
+    except ValidationError as exc:
+        raise _validation_error(source, root, exc) from None
+    schedule = FaultSchedule(tuple(scenario.faults), source)
+    if fleet is not None:
+        check_against_fleet(schedule, fleet)
+    return schedule
+
+
+def load_faults(path: str | Path, fleet: Fleet | None = None) -> FaultSchedule:
+    """Read and validate a scenario file (checked against `fleet` when given)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FaultError(f"{p}: file not found; fix: pass an existing scenario file") from None
+    except OSError as exc:
+        raise FaultError(f"{p}: cannot read ({exc.strerror}); fix: check the path") from None
+    return parse_faults(text, str(p), fleet)
+
+
+def hot_prompt_blocks(fault_index: int, prompt_tokens: int) -> list[int]:
+    """The injected prompt's block ids: one per 512 tokens, unique to this fault entry."""
+    first = HOT_BLOCK_BASE + (fault_index << 24)
+    return list(range(first, first + -(-prompt_tokens // BLOCK_TOKENS)))
+
+
+def _window_rows(trace: Trace, start_s: float, end_s: float) -> np.ndarray[Any, Any]:
+    lo, hi = np.searchsorted(trace.arrival_s, [start_s, end_s], side="left")
+    return np.arange(lo, hi, dtype=np.int64)
+
+
+def _load_spike(trace: Trace, f: LoadSpikeFault, rng: np.random.Generator) -> Trace:
+    rows = _window_rows(trace, f.start_s, f.end_s)
+    if len(rows) == 0 or f.factor == 1.0:
+        return trace
+    if f.factor < 1.0:
+        dropped = rows[rng.random(len(rows)) >= f.factor]
+        return trace.take(np.setdiff1d(np.arange(len(trace)), dropped))
+    extra = round((f.factor - 1.0) * len(rows))
+    end = min(f.end_s, float(trace.arrival_s[-1]))
+    copies = trace.take(rng.choice(rows, extra))
+    first_new = int(trace.row_id.max()) + 1
+    copies = Trace(
+        copies.name,
+        copies.source,
+        np.sort(rng.uniform(f.start_s, end, extra)),
+        copies.prompt_tokens,
+        copies.output_tokens,
+        np.arange(first_new, first_new + extra, dtype=np.int64),
+        copies.prefix_key,
+        copies.block_offsets,
+        copies.blocks,
+    )
+    return concat_traces(trace, copies)
+
+
+def _hot_prompt(trace: Trace, f: HotPromptFault, index: int, rng: np.random.Generator) -> Trace:
+    rows = _window_rows(trace, f.start_s, f.end_s)
+    chosen = rows[rng.random(len(rows)) < f.share]
+    if len(chosen) == 0:
+        return trace
+    n = len(trace)
+    hot = np.asarray(hot_prompt_blocks(index, f.prompt_tokens), dtype=np.int64)
+    offsets = np.append(trace.block_offsets, trace.block_offsets[-1] + len(hot))
+    source_row = np.arange(n, dtype=np.int64)
+    source_row[chosen] = n
+    new_offsets, blocks = gather_rows(offsets, np.concatenate([trace.blocks, hot]), source_row)
+    prompt = trace.prompt_tokens.copy()
+    prompt[chosen] = f.prompt_tokens
+    output = trace.output_tokens.copy()
+    if f.output_tokens is not None:
+        output[chosen] = f.output_tokens
+    keys = trace.prefix_key.copy()
+    keys[chosen] = prefix_key_of(hot)
+    return Trace(
+        trace.name,
+        trace.source,
+        trace.arrival_s,
+        prompt,
+        output,
+        trace.row_id,
+        keys,
+        new_offsets,
+        blocks,
+    )
+
+
+def apply_arrival_faults(trace: Trace, schedule: FaultSchedule, seed: int = 0) -> Trace:
+    """The trace with load spikes and hot prompts applied, in file order, for a given seed.
+
+    load_spike: factor > 1 adds round((factor - 1) x n) arrivals uniformly in the window,
+    each a copy (lengths, prefix) of a random request of the window, with new row ids after
+    the trace's; factor < 1 keeps each arrival with probability factor. hot_prompt: each
+    arrival in the window becomes, with probability share, the one hot prompt (same
+    `prompt_tokens`, same prefix blocks and prefix id); its output length is kept unless
+    the fault sets `output_tokens`.
+    """
+    rng = np.random.default_rng(seed)
+    out = trace
+    for index, fault in enumerate(schedule.faults):
+        if isinstance(fault, LoadSpikeFault):
+            out = _load_spike(out, fault, rng)
+        elif isinstance(fault, HotPromptFault):
+            out = _hot_prompt(out, fault, index, rng)
+    return out

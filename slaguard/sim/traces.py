@@ -1,0 +1,214 @@
+"""Trace loaders: the Azure 2023 CSV and the Mooncake JSONL, detected by content.
+
+Every input mistake (missing file, wrong columns, a non-numeric cell, an empty trace) raises
+`TraceError` with one line `path:line: problem; fix: ...` that the CLI prints before exit 2.
+Arrival times become seconds from the first arrival.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd  # type: ignore[import-untyped]
+
+from slaguard.sim.paths import default_trace_path
+from slaguard.sim.trace import Trace, TraceError
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+_AZURE_FIX = "the Azure trace header is TIMESTAMP,ContextTokens,GeneratedTokens"
+_FORMAT_FIX = "pass the format explicitly (--trace-format azure or mooncake)"
+
+
+class TraceFormat(StrEnum):
+    """Which loader reads a file; AUTO looks at the first non-empty line."""
+
+    AUTO = "auto"
+    AZURE = "azure"
+    MOONCAKE = "mooncake"
+
+
+def _error(path: Path, line: int | None, problem: str, fix: str) -> TraceError:
+    where = f"{path}:{line}" if line is not None else str(path)
+    return TraceError(f"{where}: {problem}; fix: {fix}")
+
+
+def _first_content_line(path: Path) -> tuple[int, str]:
+    """(line number, text) of the first non-blank line; raises for missing/empty files."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for number, text in enumerate(handle, start=1):
+                if text.strip():
+                    return number, text.strip()
+    except FileNotFoundError:
+        raise _error(path, None, "file not found", "pass an existing trace file") from None
+    except IsADirectoryError:
+        raise _error(path, None, "is a directory", "pass a trace file, not a folder") from None
+    except UnicodeDecodeError:
+        raise _error(path, 1, "not UTF-8 text", "pass a CSV or JSONL trace") from None
+    except OSError as exc:
+        raise _error(path, None, f"cannot read ({exc.strerror})", "check permissions") from None
+    raise _error(path, 1, "trace has no requests (empty file)", "pass a non-empty trace")
+
+
+def detect_format(path: str | Path) -> TraceFormat:
+    """`{` on the first non-empty line -> Mooncake JSONL; a TIMESTAMP header -> Azure CSV."""
+    p = Path(path)
+    number, text = _first_content_line(p)
+    if text.startswith("{"):
+        return TraceFormat.MOONCAKE
+    if "TIMESTAMP" in text.split(",")[0].upper():
+        return TraceFormat.AZURE
+    raise _error(p, number, f"cannot tell the trace format from {text[:40]!r}", _FORMAT_FIX)
+
+
+def load_trace(
+    path: str | Path | None = None,
+    trace_format: TraceFormat | str = TraceFormat.AUTO,
+    name: str | None = None,
+) -> Trace:
+    """Load a trace file (default: the Azure conversation hour) in the given or detected format."""
+    p = Path(path) if path is not None else default_trace_path()
+    try:
+        fmt = TraceFormat(trace_format)
+    except ValueError:
+        choices = ", ".join(f.value for f in TraceFormat)
+        raise _error(p, None, f"unknown trace format {trace_format!r}", f"use {choices}") from None
+    if fmt is TraceFormat.AUTO:
+        fmt = detect_format(p)
+    else:
+        _first_content_line(p)
+    label = name or p.stem
+    if fmt is TraceFormat.AZURE:
+        return load_azure_csv(p, label)
+    return load_mooncake_jsonl(p, label)
+
+
+def _data_line(path: Path, row: int) -> int:
+    """File line of the `row`-th data row (0-based) the way pandas counts: blank lines skipped."""
+    seen = -1
+    with path.open(encoding="utf-8") as handle:
+        for number, text in enumerate(handle, start=1):
+            if text.strip():
+                seen += 1
+                if seen == row + 1:
+                    return number
+    return seen + 1
+
+
+def _count_column(path: Path, frame: pd.DataFrame, column: str) -> npt.NDArray[np.int64]:
+    values: npt.NDArray[np.float64] = pd.to_numeric(frame[column], errors="coerce").to_numpy(
+        dtype=np.float64
+    )
+    bad = np.flatnonzero(~np.isfinite(values) | (values < 0) | (values != np.floor(values)))
+    if len(bad):
+        row = int(bad[0])
+        cell = frame[column].iloc[row]
+        raise _error(
+            path,
+            _data_line(path, row),
+            f"{column} is {cell!r}, not a token count",
+            "write a whole number >= 0",
+        )
+    return values.astype(np.int64)
+
+
+def load_azure_csv(path: str | Path, name: str | None = None) -> Trace:
+    """`TIMESTAMP,ContextTokens,GeneratedTokens` rows -> a trace (vectorised, ~0.1 s for 19k)."""
+    p = Path(path)
+    first_line, _ = _first_content_line(p)
+    try:
+        frame = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True)
+    except pd.errors.ParserError as exc:
+        match = re.search(r"line (\d+)", str(exc))
+        line = int(match.group(1)) if match else None
+        raise _error(
+            p, line, "wrong number of fields", f"every row needs 3 cells; {_AZURE_FIX}"
+        ) from None
+    except pd.errors.EmptyDataError:
+        raise _error(p, 1, "trace has no requests", "pass a non-empty trace") from None
+    frame.columns = [str(c).strip() for c in frame.columns]
+    missing = [c for c in AZURE_COLUMNS if c not in frame.columns]
+    if missing:
+        raise _error(
+            p,
+            first_line,
+            f"missing column(s) {', '.join(missing)} (header has {','.join(frame.columns)})",
+            _AZURE_FIX,
+        )
+    if frame.empty:
+        raise _error(p, first_line, "trace has no requests (header only)", "add request rows")
+    stamps = pd.to_datetime(frame["TIMESTAMP"], format="ISO8601", errors="coerce")
+    bad = np.flatnonzero(stamps.isna().to_numpy())
+    if len(bad):
+        row = int(bad[0])
+        raise _error(
+            p,
+            _data_line(p, row),
+            f"TIMESTAMP is {frame['TIMESTAMP'].iloc[row]!r}",
+            "write times like 2023-11-16 18:15:46.6805900",
+        )
+    ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    arrival_s = (ns - ns.min()) / 1e9
+    prompt = _count_column(p, frame, "ContextTokens")
+    output = _count_column(p, frame, "GeneratedTokens")
+    return Trace.build(name or p.stem, str(p), arrival_s, prompt, output)
+
+
+def _mooncake_number(p: Path, line: int, row: dict[str, Any], field: str) -> float:
+    value = row.get(field)
+    if value is None:
+        raise _error(p, line, f"missing field {field!r}", f"each line needs {MOONCAKE_FIELDS}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise _error(p, line, f"{field} is {value!r}, not a number >= 0", "write a number")
+    return float(value)
+
+
+def _mooncake_blocks(p: Path, line: int, row: dict[str, Any]) -> list[int]:
+    blocks = row.get("hash_ids", [])
+    if not isinstance(blocks, list) or not all(
+        isinstance(b, int) and not isinstance(b, bool) for b in blocks
+    ):
+        raise _error(p, line, "hash_ids is not a list of integers", "write e.g. [0, 1, 2]")
+    return blocks
+
+
+def load_mooncake_jsonl(path: str | Path, name: str | None = None) -> Trace:
+    """Mooncake lines (`timestamp` ms, lengths, `hash_ids`) -> a trace with prefix blocks."""
+    p = Path(path)
+    _first_content_line(p)
+    stamps: list[float] = []
+    prompts: list[float] = []
+    outputs: list[float] = []
+    block_lists: list[list[int]] = []
+    with p.open(encoding="utf-8") as handle:
+        for number, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise _error(
+                    p, number, f"invalid JSON ({exc.msg})", "one object per line"
+                ) from None
+            if not isinstance(row, dict):
+                raise _error(p, number, "not a JSON object", "one object per line")
+            stamps.append(_mooncake_number(p, number, row, "timestamp"))
+            prompts.append(_mooncake_number(p, number, row, "input_length"))
+            outputs.append(_mooncake_number(p, number, row, "output_length"))
+            block_lists.append(_mooncake_blocks(p, number, row))
+    arrivals_ms = np.asarray(stamps)
+    return Trace.build(
+        name or p.stem,
+        str(p),
+        (arrivals_ms - arrivals_ms.min()) / 1000.0,
+        np.asarray(prompts).astype(np.int64),
+        np.asarray(outputs).astype(np.int64),
+        block_lists,
+    )
