@@ -1,0 +1,114 @@
+"""Detector, breaker and guard settings: pydantic models whose defaults are documented.
+
+Every default is explained in docs/guard.md; the numbers here are the single source.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from slaguard.scheduler.rollout import ROLLBACK_RATIO
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TtftZscoreConfig(_Strict):
+    """Per-target TTFT p99 over a sliding window, robust-scored against peers and fleet."""
+
+    window_s: float = Field(default=300.0, gt=0)
+    slice_s: float = Field(default=5.0, gt=0)
+    quantile: float = Field(default=0.99, gt=0, lt=1)
+    relative_accuracy: float = Field(default=0.02, gt=0, lt=0.5)
+    min_ttft_s: float = Field(default=1e-4, gt=0)
+    max_ttft_s: float = Field(default=1e4, gt=0)
+    min_samples: int = Field(default=30, ge=1)
+    min_peers: int = Field(default=3, ge=3)
+    min_scored_targets: int = Field(default=3, ge=3)
+    z_threshold: float = Field(default=3.5, gt=0)
+    mad_floor_rel: float = Field(default=0.25, gt=0)
+    baseline_tau_s: float = Field(default=1800.0, gt=0)
+    baseline_max_freeze_s: float = Field(default=1800.0, gt=0)
+    demote_after_s: float = Field(default=30.0, ge=0)
+    restore_after_s: float = Field(default=60.0, ge=0)
+    fleet_trip_share: float = Field(default=0.3, gt=0, le=1)
+    min_trip_targets: int = Field(default=3, ge=2)
+    tier_window_s: float = Field(default=30.0, gt=0)
+    tier_quantile: float = Field(default=0.5, gt=0, lt=1)
+    tier_min_samples: int = Field(default=20, ge=1)
+    tier_min_tiers: int = Field(default=3, ge=3)
+    tier_min_ratio: float = Field(default=2.0, gt=1)
+
+    @model_validator(mode="after")
+    def _slices_fit(self) -> TtftZscoreConfig:
+        if self.slice_s > min(self.window_s, self.tier_window_s):
+            raise ValueError("slice_s must be <= window_s and <= tier_window_s")
+        if self.min_ttft_s >= self.max_ttft_s:
+            raise ValueError("min_ttft_s must be < max_ttft_s")
+        return self
+
+    @property
+    def slice_count(self) -> int:
+        """Number of time slices in the ring."""
+        return math.ceil(self.window_s / self.slice_s)
+
+    @property
+    def tier_slice_count(self) -> int:
+        """Number of time slices in the tier (short) window."""
+        return math.ceil(self.tier_window_s / self.slice_s)
+
+
+class HotSpotConfig(_Strict):
+    """Space-Saving heavy hitters over full prefix identity with time-decayed counts."""
+
+    counters: int = Field(default=64, ge=2)
+    decay_tau_s: float = Field(default=10.0, gt=0)
+    trip_share: float = Field(default=0.2, gt=0, le=1)
+    min_effective_samples: float = Field(default=30.0, gt=0)
+
+
+class ColdStartConfig(_Strict):
+    """Page-Hinkley on a young model's log(TTFT/deadline) and SLA misses vs the baseline."""
+
+    max_age_s: float = Field(default=86_400.0, gt=0)
+    ttft_delta: float = Field(default=0.22, ge=0)
+    ttft_threshold: float = Field(default=25.0, gt=0)
+    sla_delta: float = Field(default=0.05, ge=0)
+    sla_threshold: float = Field(default=10.0, gt=0)
+    min_samples: int = Field(default=30, ge=1)
+    baseline_min_samples: int = Field(default=200, ge=1)
+    baseline_tau_s: float = Field(default=1800.0, gt=0)
+
+
+class RolloutCompareConfig(_Strict):
+    """Learned vs round-robin SLA violation rates during the gray stages."""
+
+    window_s: float = Field(default=600.0, gt=0)
+    slice_s: float = Field(default=10.0, gt=0)
+    min_samples_per_arm: int = Field(default=200, ge=1)
+    ratio: float = Field(default=ROLLBACK_RATIO, ge=1)
+    z_margin: float = Field(default=1.645, ge=0)
+
+
+class BreakerConfig(_Strict):
+    """Hysteresis and flapping limits for the fleet breaker."""
+
+    trip_after: int = Field(default=3, ge=1)
+    clear_after: int = Field(default=30, ge=1)
+    cooldown_s: float = Field(default=300.0, ge=0)
+    max_switches_per_hour: int = Field(default=4, ge=1)
+    auto_return: bool = False
+
+
+class GuardConfig(_Strict):
+    """Everything the guard needs; `evaluation_interval_s` is the driver's contract."""
+
+    evaluation_interval_s: float = Field(default=1.0, gt=0)
+    ttft_zscore: TtftZscoreConfig = Field(default_factory=TtftZscoreConfig)
+    hot_spot: HotSpotConfig = Field(default_factory=HotSpotConfig)
+    cold_start: ColdStartConfig = Field(default_factory=ColdStartConfig)
+    rollout_compare: RolloutCompareConfig = Field(default_factory=RolloutCompareConfig)
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig)

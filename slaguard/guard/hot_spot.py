@@ -1,0 +1,72 @@
+"""Hot-spot flood detector: one prompt prefix taking a large share of recent traffic.
+
+Keys are full prefix identities (see `samples.prefix_identity`): a system prompt shared
+by every request (Mooncake's block 0) is part of every key, so it never looks hot by itself.
+"""
+
+from __future__ import annotations
+
+from slaguard.guard.config import HotSpotConfig
+from slaguard.guard.samples import GuardSample
+from slaguard.guard.space_saving import DecayedSpaceSaving
+from slaguard.guard.verdicts import Action, DetectorReport, JsonDict, Severity, Status, Verdict
+
+NAME = "hot_spot"
+
+
+class HotSpotDetector:
+    """Decayed Space-Saving over prefix identity; trips on one prefix's guaranteed share."""
+
+    name = NAME
+
+    def __init__(self, config: HotSpotConfig | None = None) -> None:
+        self.config = config or HotSpotConfig()
+        self._sketch = DecayedSpaceSaving(self.config.counters, self.config.decay_tau_s)
+
+    def observe(self, sample: GuardSample) -> None:
+        """Count the request's prefix; requests without one still count in the total."""
+        if sample.prefix_id is None:
+            self._sketch.add_untracked(sample.at_s)
+        else:
+            self._sketch.add(sample.prefix_id, sample.at_s)
+
+    def evaluate(self, now_s: float) -> DetectorReport:
+        """Trip when the top prefix's guaranteed share reaches `trip_share`."""
+        c = self.config
+        total = self._sketch.total(now_s)
+        evidence: JsonDict = {
+            "effective_samples": round(total, 2),
+            "min_effective_samples": c.min_effective_samples,
+            "trip_share": c.trip_share,
+            "decay_tau_s": c.decay_tau_s,
+            "counters": c.counters,
+        }
+        if total < c.min_effective_samples:
+            return DetectorReport(NAME, Status.INSUFFICIENT, evidence=evidence)
+        top = self._sketch.top(now_s, 3)
+        evidence["top_prefixes"] = [
+            {
+                "prefix": h.item[:80],
+                "share_lower_bound": round(h.lower_bound / total, 4),
+                "share_upper_bound": round(h.count / total, 4),
+            }
+            for h in top
+        ]
+        if not top or top[0].lower_bound / total < c.trip_share:
+            return DetectorReport(NAME, Status.OK, evidence=evidence)
+        hot = top[0]
+        share = hot.lower_bound / total
+        summary = (
+            f"prefix {hot.item[:40]} has at least {share:.0%} of recent traffic "
+            f"(>= {c.trip_share:.0%}, {total:.0f} effective requests)"
+        )
+        verdict = Verdict(
+            NAME,
+            Action.TRIP,
+            f"prefix:{hot.item[:80]}",
+            Severity.CRITICAL,
+            summary,
+            now_s,
+            evidence | {"share": round(share, 4)},
+        )
+        return DetectorReport(NAME, Status.ANOMALOUS, (verdict,), evidence)

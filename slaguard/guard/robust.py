@@ -1,0 +1,47 @@
+"""Robust scores: median and MAD (scaled by 1.4826 to match a normal sigma)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+MAD_TO_SIGMA = 1.4826
+"""MAD x 1.4826 estimates the standard deviation of normal data."""
+
+
+@dataclass(frozen=True, slots=True)
+class RobustCenter:
+    """Median, raw MAD and the scale actually used (MAD floored)."""
+
+    median: float
+    mad: float
+    scale: float
+
+
+def robust_center(
+    values: np.typing.ArrayLike, floor_rel: float, floor_abs: float = 1e-9
+) -> RobustCenter:
+    """Median and floored scale of `values`.
+
+    The scale is `1.4826 x max(MAD, floor_rel x |median|, floor_abs)`: identical values
+    (MAD = 0) never divide by zero, and differences smaller than `floor_rel` of the median
+    never count as anomalies.
+    """
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0 or not np.all(np.isfinite(arr)):
+        raise ValueError("robust_center needs a non-empty array of finite values")
+    median = float(np.median(arr))
+    mad = float(np.median(np.abs(arr - median)))
+    scale = MAD_TO_SIGMA * max(mad, floor_rel * abs(median), floor_abs)
+    return RobustCenter(median=median, mad=mad, scale=scale)
+
+
+def robust_zscores(
+    values: Mapping[str, float], floor_rel: float
+) -> tuple[dict[str, float], RobustCenter]:
+    """Robust Z-score of every value against the group (the value itself included)."""
+    keys = list(values)
+    center = robust_center([values[k] for k in keys], floor_rel)
+    return {k: (values[k] - center.median) / center.scale for k in keys}, center

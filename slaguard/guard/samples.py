@@ -1,0 +1,53 @@
+"""What the guard is fed: one routed request's decision and outcome."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from slaguard.scheduler.rollout import Arm
+
+
+@dataclass(frozen=True, slots=True)
+class GuardSample:
+    """A finished request as the detectors see it.
+
+    `ttft_s` is None (or NaN) when no first token was measured: such a sample still counts
+    for the SLA outcome but never enters TTFT statistics (a missing value is not 0 s).
+    `prefix_id` is the full prefix identity (a hash of all prefix block ids, or of the
+    prompt); see `prefix_identity`. `model_deployed_at_s` is the rollout time of the
+    model version (the catalogue's timestamp); None means an established model.
+    """
+
+    at_s: float
+    target_id: str
+    card_type: str
+    model_id: str
+    sla_met: bool
+    deadline_s: float
+    ttft_s: float | None = None
+    arm: Arm | None = None
+    model_version: str = ""
+    model_deployed_at_s: float | None = None
+    prefix_id: str | None = None
+
+    @property
+    def has_ttft(self) -> bool:
+        """True when the TTFT is a real measurement (not None, not NaN)."""
+        return self.ttft_s is not None and not math.isnan(self.ttft_s)
+
+    @property
+    def model_key(self) -> str:
+        """`model@version` (or just the model when no version is known)."""
+        return f"{self.model_id}@{self.model_version}" if self.model_version else self.model_id
+
+
+def prefix_identity(prefix_blocks: tuple[int, ...], prompt_hash: str | None = None) -> str | None:
+    """Identity of the whole prefix: all block ids, never the first block alone.
+
+    In real traces block 0 is often a system prompt shared by every request; keying on it
+    would make every request look like one hot prompt.
+    """
+    if prefix_blocks:
+        return "blocks:" + ",".join(str(b) for b in prefix_blocks)
+    return f"hash:{prompt_hash}" if prompt_hash else None

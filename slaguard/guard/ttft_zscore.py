@@ -1,0 +1,232 @@
+"""TTFT Z-score detector: per-target p99 over 5 minutes, robust-scored two ways.
+
+* Peer score: the target's p99 against the other targets of the same card type serving the
+  same model (a 70B tensor-parallel group and an 8B replica on one card type are not
+  comparable), median/MAD, only for groups of at least `min_peers`.
+* Fleet score: the target's p99 relative to its own slow baseline, against the same ratio
+  across the whole fleet. Raw p99s of a heterogeneous fleet differ by design (an L40S is
+  slower than an H200); their *change* is comparable, so a target that jitters stands out
+  while a fleet-wide load rise does not.
+
+The larger of the two is the target's Z-score (what the router's jitter term consumes). A
+target anomalous for `demote_after_s` is demoted; many anomalous targets at once, or a
+whole card tier that shifted (see `tier_shift`), trip the fleet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from slaguard.guard.baseline import LogBaseline
+from slaguard.guard.config import TtftZscoreConfig
+from slaguard.guard.histogram import SlidingLogHistogram
+from slaguard.guard.robust import robust_zscores
+from slaguard.guard.samples import GuardSample
+from slaguard.guard.tier_shift import TierShift
+from slaguard.guard.verdicts import Action, DetectorReport, JsonDict, Severity, Status, Verdict
+
+NAME = "ttft_zscore"
+
+
+@dataclass(slots=True)
+class _TargetState:
+    card_type: str
+    model_id: str
+    baseline: LogBaseline
+    anomalous_since_s: float | None = None
+    normal_since_s: float | None = None
+    demoted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Score:
+    p99_s: float
+    samples: int
+    z: float
+    peer_z: float | None
+    fleet_z: float | None
+    ratio: float | None
+    extra: JsonDict = field(default_factory=dict)
+
+    def evidence(self, target: str, state: _TargetState) -> JsonDict:
+        def rounded(x: float | None, digits: int = 3) -> float | None:
+            return None if x is None else round(x, digits)
+
+        return {
+            "target": target,
+            "card_type": state.card_type,
+            "model": state.model_id,
+            "p99_s": round(self.p99_s, 6),
+            "baseline_p99_s": rounded(state.baseline.value, 6),
+            "samples": self.samples,
+            "z": round(self.z, 3),
+            "peer_z": rounded(self.peer_z),
+            "fleet_z": rounded(self.fleet_z),
+            "ratio_to_baseline": rounded(self.ratio, 4),
+        }
+
+
+class TtftZscoreDetector:
+    """Feeds per-target TTFT into sliding histograms; scores, demotes and trips."""
+
+    name = NAME
+
+    def __init__(self, config: TtftZscoreConfig | None = None) -> None:
+        self.config = config or TtftZscoreConfig()
+        c = self.config
+        self._hist = SlidingLogHistogram(
+            c.slice_s, c.slice_count, c.relative_accuracy, c.min_ttft_s, c.max_ttft_s
+        )
+        self._tiers = TierShift(c, NAME)
+        self._targets: dict[str, _TargetState] = {}
+        self._zscores: dict[str, float] = {}
+
+    def observe(self, sample: GuardSample) -> None:
+        """Record one TTFT; samples without a measured TTFT are skipped, never read as 0."""
+        if sample.target_id not in self._targets:
+            baseline = LogBaseline(self.config.baseline_tau_s, self.config.baseline_max_freeze_s)
+            self._targets[sample.target_id] = _TargetState(
+                sample.card_type, sample.model_id, baseline
+            )
+        if sample.has_ttft and sample.ttft_s is not None:
+            ttft = max(sample.ttft_s, self.config.min_ttft_s)
+            self._hist.add(sample.target_id, sample.at_s, ttft)
+            self._tiers.observe(sample.target_id, sample.card_type, sample.at_s, ttft)
+
+    def zscores(self) -> dict[str, float]:
+        """Latest Z-score per scored target (targets with thin data are absent, not 0)."""
+        return dict(self._zscores)
+
+    def demoted(self) -> set[str]:
+        """Targets currently demoted."""
+        return {t for t, s in self._targets.items() if s.demoted}
+
+    def evaluate(self, now_s: float) -> DetectorReport:
+        """Score every target with enough data; return demotions, restorations and trips."""
+        c = self.config
+        self._hist.advance(now_s)
+        p99s: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for target in self._targets:
+            n = self._hist.count(target)
+            if n >= c.min_samples:
+                p99s[target] = self._hist.quantile(target, c.quantile)
+                counts[target] = n
+        tier_verdicts, tier_evidence = self._tiers.evaluate(now_s)
+        gate: JsonDict = {
+            "scored_targets": len(p99s),
+            "min_scored_targets": c.min_scored_targets,
+            "min_samples": c.min_samples,
+            "window_s": c.window_s,
+            "tiers": tier_evidence["tiers"],
+        }
+        if len(p99s) < c.min_scored_targets:
+            self._zscores = {}
+            status = Status.ANOMALOUS if tier_verdicts else Status.INSUFFICIENT
+            return DetectorReport(NAME, status, tuple(tier_verdicts), evidence=gate)
+        scores = self._score(p99s, counts)
+        self._zscores = {t: s.z for t, s in scores.items()}
+        verdicts = self._target_verdicts(now_s, scores)
+        verdicts += self._fleet_trip(now_s, scores)
+        verdicts += tier_verdicts
+        for target, p99 in p99s.items():
+            score = scores.get(target)
+            anomalous = score is not None and score.z >= c.z_threshold
+            self._targets[target].baseline.update(now_s, p99, anomalous)
+        trips = any(v.action is Action.TRIP for v in verdicts)
+        return DetectorReport(NAME, Status.ANOMALOUS if trips else Status.OK, tuple(verdicts), gate)
+
+    def _score(self, p99s: dict[str, float], counts: dict[str, int]) -> dict[str, _Score]:
+        c = self.config
+        groups: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+        for target, p99 in p99s.items():
+            st = self._targets[target]
+            groups[(st.card_type, st.model_id)][target] = p99
+        peer_z: dict[str, float] = {}
+        for members in groups.values():
+            if len(members) >= c.min_peers:
+                peer_z.update(robust_zscores(members, c.mad_floor_rel)[0])
+        ratios = {
+            t: r
+            for t, p99 in p99s.items()
+            if (r := self._targets[t].baseline.ratio(p99)) is not None
+        }
+        fleet_z: dict[str, float] = {}
+        if len(ratios) >= c.min_scored_targets:
+            fleet_z = robust_zscores(ratios, c.mad_floor_rel)[0]
+        scores: dict[str, _Score] = {}
+        for target, p99 in p99s.items():
+            pz, fz = peer_z.get(target), fleet_z.get(target)
+            candidates = [z for z in (pz, fz) if z is not None]
+            if candidates:
+                scores[target] = _Score(
+                    p99, counts[target], max(candidates), pz, fz, ratios.get(target)
+                )
+        return scores
+
+    def _target_verdicts(self, now_s: float, scores: dict[str, _Score]) -> list[Verdict]:
+        c = self.config
+        verdicts: list[Verdict] = []
+        for target, score in scores.items():
+            st = self._targets[target]
+            if score.z >= c.z_threshold:
+                st.normal_since_s = None
+                if st.anomalous_since_s is None:
+                    st.anomalous_since_s = now_s
+                lasted = now_s - st.anomalous_since_s
+                if not st.demoted and lasted >= c.demote_after_s:
+                    st.demoted = True
+                    verdicts.append(self._verdict(Action.DEMOTE, target, score, now_s, lasted))
+            else:
+                st.anomalous_since_s = None
+                if st.normal_since_s is None:
+                    st.normal_since_s = now_s
+                lasted = now_s - st.normal_since_s
+                if st.demoted and lasted >= c.restore_after_s:
+                    st.demoted = False
+                    verdicts.append(self._verdict(Action.RESTORE, target, score, now_s, lasted))
+        return verdicts
+
+    def _verdict(
+        self, action: Action, target: str, score: _Score, now_s: float, lasted: float
+    ) -> Verdict:
+        c = self.config
+        demote = action is Action.DEMOTE
+        evidence = score.evidence(target, self._targets[target]) | {
+            "z_threshold": c.z_threshold,
+            "for_s": round(lasted, 3),
+            "required_s": c.demote_after_s if demote else c.restore_after_s,
+        }
+        if demote:
+            summary = (
+                f"{target}: TTFT p99 {score.p99_s:.3f}s, Z {score.z:.1f} >= {c.z_threshold} "
+                f"for {lasted:.0f}s; demoted"
+            )
+        else:
+            summary = (
+                f"{target}: TTFT p99 normal again (Z {score.z:.1f}) for {lasted:.0f}s; restored"
+            )
+        return Verdict(NAME, action, f"target:{target}", Severity.WARNING, summary, now_s, evidence)
+
+    def _fleet_trip(self, now_s: float, scores: dict[str, _Score]) -> list[Verdict]:
+        c = self.config
+        anomalous = sorted(t for t, s in scores.items() if s.z >= c.z_threshold)
+        needed = max(c.min_trip_targets, math.ceil(c.fleet_trip_share * len(scores)))
+        if len(anomalous) < needed:
+            return []
+        share = len(anomalous) / len(scores)
+        evidence: JsonDict = {
+            "anomalous_targets": [scores[t].evidence(t, self._targets[t]) for t in anomalous],
+            "scored_targets": len(scores),
+            "anomalous_share": round(share, 4),
+            "fleet_trip_share": c.fleet_trip_share,
+            "needed": needed,
+            "z_threshold": c.z_threshold,
+        }
+        summary = (
+            f"{len(anomalous)}/{len(scores)} targets have anomalous TTFT p99 "
+            f"(>= {needed} needed, Z >= {c.z_threshold})"
+        )
+        return [Verdict(NAME, Action.TRIP, "fleet", Severity.CRITICAL, summary, now_s, evidence)]

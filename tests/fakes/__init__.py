@@ -1,0 +1,1 @@
+"""Test doubles made of real components: a fake Slack HTTP server and synthetic workloads."""
