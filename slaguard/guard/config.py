@@ -99,7 +99,7 @@ class BreakerConfig(_Strict):
     trip_after: int = Field(default=3, ge=1)
     clear_after: int = Field(default=30, ge=1)
     cooldown_s: float = Field(default=300.0, ge=0)
-    max_switches_per_hour: int = Field(default=4, ge=1)
+    max_switches_per_hour: int = Field(default=4, ge=2)
     auto_return: bool = False
 
 

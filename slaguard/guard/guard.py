@@ -1,0 +1,217 @@
+"""The `Guard` facade: samples in, `evaluate(now_s)` out, the same code on any clock.
+
+Driver contract (the simulator on simulated time, the service on wall time):
+* call `observe(sample)` for every finished request (cheap, no I/O);
+* call `evaluate(now_s)` every `evaluation_interval_s` (1 s); it returns the events of that
+  evaluation. A `ModeChangedEvent` must be published (store compare-and-set on
+  `state.version`, then the router's mode) before the next 500 ms correction tick, so a
+  trip acts within one correction period of the verdict that caused it;
+* hand `IncidentEvent`s to the notify line's outbox (never send from the decision path);
+* manual actions go through `rollback` / `resume`; a state changed elsewhere (another
+  replica, the CLI) is taken with `adopt_state`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from slaguard.guard import modes
+from slaguard.guard.breaker import BreakerSignal, BreakerState, Evaluation, step_breaker
+from slaguard.guard.cold_start import ColdStartDetector
+from slaguard.guard.config import GuardConfig
+from slaguard.guard.events import (
+    BreakerEvent,
+    GuardEvent,
+    IncidentEvent,
+    ModeChangedEvent,
+    VerdictEvent,
+    VerdictPhase,
+)
+from slaguard.guard.hot_spot import HotSpotDetector
+from slaguard.guard.incidents import IncidentTracker
+from slaguard.guard.modes import ModeState, TransitionResult
+from slaguard.guard.rollout_compare import RolloutCompareDetector
+from slaguard.guard.samples import GuardSample
+from slaguard.guard.ttft_zscore import TtftZscoreDetector
+from slaguard.guard.verdicts import Action, DetectorReport, Status, Verdict
+from slaguard.scheduler.rollout import ModeKind, RolloutPlan
+
+_LEARNED_FAMILY = (ModeKind.ROLLOUT, ModeKind.LEARNED)
+
+
+class Detector(Protocol):
+    """What the guard needs from a detector."""
+
+    name: str
+
+    def observe(self, sample: GuardSample) -> None: ...
+
+    def evaluate(self, now_s: float) -> DetectorReport: ...
+
+
+class Guard:
+    """Detectors + breaker + mode state machine + incidents, driven by `now_s`."""
+
+    def __init__(
+        self,
+        config: GuardConfig | None = None,
+        plan: RolloutPlan | None = None,
+        state: ModeState | None = None,
+        incident_prefix: str = "inc",
+    ) -> None:
+        self.config = config or GuardConfig()
+        self.plan = plan or RolloutPlan()
+        self.state = state or ModeState()
+        self.breaker = BreakerState()
+        self.ttft = TtftZscoreDetector(self.config.ttft_zscore)
+        self.cold_start = ColdStartDetector(self.config.cold_start)
+        self.detectors: tuple[Detector, ...] = (
+            self.ttft,
+            HotSpotDetector(self.config.hot_spot),
+            self.cold_start,
+            RolloutCompareDetector(self.config.rollout_compare),
+        )
+        self.incidents = IncidentTracker(incident_prefix, self.plan.first_stage().stage_pct)
+        self._active: dict[tuple[str, str], Verdict] = {}
+        self.last_reports: tuple[DetectorReport, ...] = ()
+
+    def observe(self, sample: GuardSample) -> None:
+        """Feed one finished request to every detector."""
+        for detector in self.detectors:
+            detector.observe(sample)
+
+    def jitter_zscores(self) -> dict[str, float]:
+        """Per-target TTFT Z-scores for the router's jitter term (thin targets absent)."""
+        return self.ttft.zscores()
+
+    def demoted_targets(self) -> set[str]:
+        """Targets the router should demote to low-priority / fallback traffic."""
+        return self.ttft.demoted()
+
+    def evaluate(self, now_s: float) -> list[GuardEvent]:
+        """Run every detector once, step the breaker, move the mode; return the events."""
+        reports = tuple(d.evaluate(now_s) for d in self.detectors)
+        self.last_reports = reports
+        trips = [v for r in reports for v in r.trips]
+        events: list[GuardEvent] = list(self._verdict_events(now_s, reports, trips))
+        if trips:
+            evaluation = Evaluation.BAD
+        elif any(r.status is Status.OK for r in reports):
+            evaluation = Evaluation.GOOD
+        else:
+            evaluation = Evaluation.NEUTRAL
+        step = step_breaker(self.breaker, evaluation, now_s, self.config.breaker)
+        self.breaker = step.state
+        if step.signal is BreakerSignal.TRIP:
+            events += self._on_trip(now_s, trips)
+        elif step.signal is BreakerSignal.CLEAR:
+            events += self._on_clear(now_s)
+        elif trips and (joined := self.incidents.joined(now_s, trips)) is not None:
+            events.append(joined)
+        if step.state.consecutive_bad == 0 and self.breaker.opened_at_s is None:
+            events += self._apply(modes.advance(self.state, now_s, self.plan), now_s)
+        return events
+
+    def _verdict_events(
+        self, now_s: float, reports: tuple[DetectorReport, ...], trips: list[Verdict]
+    ) -> list[VerdictEvent]:
+        events = [
+            VerdictEvent(v, VerdictPhase.ONCE)
+            for r in reports
+            for v in r.verdicts
+            if v.action is not Action.TRIP
+        ]
+        current = {(v.detector, v.subject): v for v in trips}
+        events += [
+            VerdictEvent(v, VerdictPhase.RAISED)
+            for k, v in current.items()
+            if k not in self._active
+        ]
+        for key, old in self._active.items():
+            if key not in current:
+                ended = Verdict(
+                    old.detector,
+                    old.action,
+                    old.subject,
+                    old.severity,
+                    f"ended: {old.summary}",
+                    now_s,
+                    old.evidence,
+                )
+                events.append(VerdictEvent(ended, VerdictPhase.ENDED))
+        self._active = current
+        return events
+
+    def _on_trip(self, now_s: float, trips: list[Verdict]) -> list[GuardEvent]:
+        k = self.config.breaker.trip_after
+        reason = f"{trips[0].detector}: {trips[0].summary}"
+        evidence = {"verdicts": [v.to_dict() for v in trips], "trip_after": k}
+        events: list[GuardEvent] = [BreakerEvent("trip", now_s, reason, evidence)]
+        before = self.state.mode.label
+        result = modes.trip(self.state, now_s, reason=reason, evidence=evidence)
+        events += self._apply(result, now_s, open_incident=False)
+        events.append(self.incidents.tripped(now_s, trips, before, self.state.mode.label))
+        return events
+
+    def _on_clear(self, now_s: float) -> list[GuardEvent]:
+        c = self.config.breaker
+        reason = f"{c.clear_after} good evaluations and {c.cooldown_s:.0f}s since the trip"
+        events: list[GuardEvent] = [BreakerEvent("clear", now_s, reason)]
+        result = modes.auto_return(self.state, now_s, self.plan, c, reason=reason)
+        events += self._apply(result, now_s)
+        if not result.changed and self.state.mode.kind not in _LEARNED_FAMILY:
+            cleared = self.incidents.cleared(now_s, self.state.mode.label, result.message)
+            if cleared is not None:
+                events.append(cleared)
+        return events
+
+    def _apply(
+        self, result: TransitionResult, now_s: float, open_incident: bool = True
+    ) -> list[GuardEvent]:
+        """Take a transition's state; resolve the incident when the episode is over."""
+        if result.transition is None:
+            return []
+        before = self.state
+        self.state = result.state
+        events: list[GuardEvent] = [ModeChangedEvent(result.transition, result.message)]
+        if open_incident:
+            resolved = self._maybe_resolve(before, now_s, result.message)
+            if resolved is not None:
+                events.append(resolved)
+        return events
+
+    def _maybe_resolve(self, before: ModeState, now_s: float, message: str) -> IncidentEvent | None:
+        after = self.state.mode
+        back_to_learned = before.mode.kind not in _LEARNED_FAMILY and after.kind in _LEARNED_FAMILY
+        held = (
+            after.kind is ModeKind.HELD_ROUND_ROBIN
+            and before.mode.kind is not ModeKind.HELD_ROUND_ROBIN
+        )
+        if back_to_learned or held:
+            return self.incidents.resolved(now_s, message, before.mode.label, after.label)
+        return None
+
+    def rollback(
+        self, now_s: float, *, actor: str, reason: str, hold: bool = False
+    ) -> tuple[TransitionResult, list[GuardEvent]]:
+        """Manual rollback (`hold`: and keep the fleet on round-robin); idempotent."""
+        result = modes.manual_rollback(self.state, now_s, actor=actor, reason=reason, hold=hold)
+        return result, self._apply(result, now_s)
+
+    def resume(
+        self, now_s: float, *, actor: str, reason: str, stage_pct: int | None = None
+    ) -> tuple[TransitionResult, list[GuardEvent]]:
+        """Manual resume at a rollout stage (the plan's first by default); idempotent."""
+        result = modes.manual_resume(
+            self.state, now_s, self.plan, actor=actor, reason=reason, stage_pct=stage_pct
+        )
+        return result, self._apply(result, now_s)
+
+    def adopt_state(self, stored: ModeState, now_s: float) -> list[GuardEvent]:
+        """Take a newer state written elsewhere (CLI, another replica); resolve if due."""
+        if stored.version <= self.state.version:
+            return []
+        before = self.state
+        self.state = stored
+        resolved = self._maybe_resolve(before, now_s, stored.reason)
+        return [] if resolved is None else [resolved]
