@@ -1,0 +1,98 @@
+"""Opening the audit database: URL resolution and engines tuned per backend.
+
+SQLite runs in WAL mode (readers never block the writer) with a short busy timeout so a
+locked file turns into a quick, retried write error instead of a stalled writer thread.
+PostgreSQL connections have a connect timeout and are pinged before reuse, so a server
+restart costs one failed batch, not a stuck pool.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+DEFAULT_SQLITE_FILE = "slaguard.db"
+DB_ENV_VAR = "SLAGUARD_DB"
+SQLITE_BUSY_TIMEOUT_S = 1.0
+PG_CONNECT_TIMEOUT_S = 3
+
+
+class DatabaseUrlError(ValueError):
+    """A `--db` value that is not a database URL we can use."""
+
+
+def default_db_url() -> str:
+    """`$SLAGUARD_DB`, else the SQLite file `slaguard.db` in the working directory."""
+    return os.environ.get(DB_ENV_VAR) or f"sqlite:///{DEFAULT_SQLITE_FILE}"
+
+
+def resolve_db_url(value: str | None) -> URL:
+    """A `--db` value (URL, or a bare SQLite file path) -> SQLAlchemy URL."""
+    text = value or default_db_url()
+    if "://" not in text:
+        text = f"sqlite:///{text}"
+    try:
+        url = make_url(text)
+    except ArgumentError:
+        raise DatabaseUrlError(
+            f"--db: cannot read {text!r} as a database URL; use "
+            "postgresql+psycopg://user@host:5432/db or a SQLite file path"
+        ) from None
+    if url.get_backend_name() not in {"sqlite", "postgresql"}:
+        raise DatabaseUrlError(
+            f"--db: backend {url.get_backend_name()!r} is not supported; use sqlite or "
+            "postgresql+psycopg"
+        )
+    if url.get_backend_name() == "postgresql" and url.get_driver_name() != "psycopg":
+        url = url.set(drivername="postgresql+psycopg")
+    return url
+
+
+def shown_url(url: URL | str) -> str:
+    """The URL with any password masked, for messages and logs."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The file behind a SQLite URL, None for other backends or in-memory databases."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return Path(str(url.database))
+
+
+def _compact_json(value: Any) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+def _set_sqlite_pragmas(dbapi_conn: sqlite3.Connection, _record: object) -> None:
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def create_audit_engine(url: URL | str) -> Engine:
+    """An engine for the audit database (SQLite WAL or PostgreSQL via psycopg 3)."""
+    url = resolve_db_url(str(url) if isinstance(url, str) else url.render_as_string(False))
+    common: dict[str, Any] = {
+        "json_serializer": _compact_json,
+        "json_deserializer": msgspec.json.decode,
+    }
+    if url.get_backend_name() == "sqlite":
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S}, **common)
+        event.listen(engine, "connect", _set_sqlite_pragmas)
+        return engine
+    return create_engine(
+        url,
+        connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S},
+        pool_pre_ping=True,
+        **common,
+    )

@@ -1,0 +1,101 @@
+"""Alembic helpers: upgrade, report, and refuse to run on a schema we do not match.
+
+The migration scripts live in `migrations/` at the repository top level; they are found
+from this package's location (editable installs and checkouts), or `$SLAGUARD_MIGRATIONS`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+
+from slaguard.audit.engine import shown_url
+
+MIGRATIONS_ENV_VAR = "SLAGUARD_MIGRATIONS"
+
+
+class SchemaNotCurrentError(RuntimeError):
+    """The database schema is missing, behind or ahead of this slaguard's migrations."""
+
+
+def migrations_dir() -> Path:
+    """Where the Alembic scripts are (`migrations/` beside the package)."""
+    override = os.environ.get(MIGRATIONS_ENV_VAR)
+    path = Path(override) if override else Path(__file__).resolve().parents[2] / "migrations"
+    if not (path / "env.py").is_file():
+        raise FileNotFoundError(
+            f"Alembic scripts not found in {path}; set ${MIGRATIONS_ENV_VAR} to the "
+            "repository's migrations/ directory"
+        )
+    return path
+
+
+def alembic_config() -> Config:
+    """An Alembic config pointing at our scripts (the connection is passed per call)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest revision this slaguard knows."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:
+        raise RuntimeError("no Alembic revisions found")
+    return head
+
+
+def known_revisions() -> set[str]:
+    """Every revision id in our scripts."""
+    script = ScriptDirectory.from_config(alembic_config())
+    return {rev.revision for rev in script.walk_revisions()}
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision stamped in the database, None when it was never migrated."""
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema up to `revision` (creates everything on an empty database)."""
+    cfg = alembic_config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Step the schema back to `revision` ("base" drops every audit table)."""
+    cfg = alembic_config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
+
+
+def require_current_schema(engine: Engine) -> None:
+    """Raise SchemaNotCurrentError, naming the command to run, unless the DB is at head."""
+    url = shown_url(engine.url)
+    current = current_revision(engine)
+    head = head_revision()
+    if current == head:
+        return
+    if current is None:
+        raise SchemaNotCurrentError(
+            f"database {url} has no slaguard schema; run `slaguard db upgrade --db {url}`"
+        )
+    if current in known_revisions():
+        raise SchemaNotCurrentError(
+            f"database {url} is at schema revision {current}, this slaguard needs {head}; "
+            f"run `slaguard db upgrade --db {url}`"
+        )
+    raise SchemaNotCurrentError(
+        f"database {url} is at schema revision {current}, newer than this slaguard "
+        f"(head {head}); upgrade slaguard (`pip install -U slaguard`) before using it"
+    )

@@ -1,0 +1,215 @@
+"""Append-only, segmented spill journal: every acknowledged record until the DB has it.
+
+`enqueue()` appends one line per record with a single `write()` before it returns, so an
+acknowledged record is in the kernel even if the process is SIGKILLed a microsecond
+later; the writer thread fsyncs the journal at least once per flush interval (power
+loss). Bytes are addressed by a log sequence number (LSN) that only grows: a segment file
+is named by the LSN of its first byte, and is deleted once the database has committed
+every record in it. On start, whatever segments remain are replayed in LSN order; the
+inserts are idempotent, so a record committed just before a crash is not duplicated.
+
+One process per journal directory (an exclusive `flock`), one thread appending at a time
+(the caller's lock), the writer thread reading, committing and syncing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+SEGMENT_SUFFIX = ".journal"
+LOCK_FILE = "LOCK"
+READ_CHUNK_BYTES = 1 << 20
+
+log = logging.getLogger(__name__)
+
+
+class SpillInUseError(RuntimeError):
+    """Another live process owns this spill directory."""
+
+
+@dataclass(slots=True)
+class _Segment:
+    start_lsn: int
+    path: Path
+    size: int
+
+    @property
+    def end_lsn(self) -> int:
+        return self.start_lsn + self.size
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """Complete lines read from `start_lsn`, the LSN after them, and torn lines skipped."""
+
+    lines: list[bytes]
+    next_lsn: int
+    torn: int
+
+
+class SpillJournal:
+    """The journal in one directory; `lock` guards appends and bookkeeping."""
+
+    def __init__(self, directory: Path, segment_bytes: int = 8 << 20) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self.lock = threading.RLock()
+        directory.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise SpillInUseError(
+                f"spill directory {directory} is in use by another process; give each "
+                "writer process its own spill directory"
+            ) from None
+        self._segments = self._scan()
+        self.committed_lsn = self._segments[0].start_lsn if self._segments else 0
+        self.end_lsn = self._segments[-1].end_lsn if self._segments else 0
+        self.recovered_records = sum(_count_lines(s.path) for s in self._segments)
+        self._active_fd: int | None = None
+        self._rotated_fds: list[int] = []
+        self._dirty = False
+        self._dir_dirty = False
+        self._closed = False
+
+    def _scan(self) -> list[_Segment]:
+        found: list[_Segment] = []
+        for path in self.directory.glob(f"*{SEGMENT_SUFFIX}"):
+            size = path.stat().st_size
+            if size == 0:
+                path.unlink()
+                continue
+            found.append(_Segment(int(path.name.removesuffix(SEGMENT_SUFFIX)), path, size))
+        found.sort(key=lambda s: s.start_lsn)
+        return found
+
+    @property
+    def pending_bytes(self) -> int:
+        """Journal bytes the database has not confirmed yet."""
+        return self.end_lsn - self.committed_lsn
+
+    def append(self, line: bytes) -> int:
+        """Write one complete line (ending in newline); return the LSN after it."""
+        with self.lock:
+            if self._closed:
+                raise RuntimeError("spill journal is closed")
+            if self._active_fd is None or self._segments[-1].size >= self.segment_bytes:
+                self._open_segment()
+            assert self._active_fd is not None
+            segment = self._segments[-1]
+            try:
+                written = 0
+                while written < len(line):
+                    written += os.write(self._active_fd, line[written:])
+            except OSError:
+                os.ftruncate(self._active_fd, segment.size)
+                raise
+            segment.size += len(line)
+            self.end_lsn += len(line)
+            self._dirty = True
+            return self.end_lsn
+
+    def _open_segment(self) -> None:
+        if self._active_fd is not None:
+            self._rotated_fds.append(self._active_fd)
+        path = self.directory / f"{self.end_lsn:020d}{SEGMENT_SUFFIX}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        self._active_fd = os.open(path, flags, 0o644)
+        self._segments.append(_Segment(self.end_lsn, path, 0))
+        self._dir_dirty = True
+
+    def sync(self) -> None:
+        """fsync what was appended since the last call (writer thread, off the hot path)."""
+        with self.lock:
+            fds = list(self._rotated_fds)
+            if self._dirty and self._active_fd is not None:
+                fds.append(self._active_fd)
+            to_close, self._rotated_fds = self._rotated_fds, []
+            dir_dirty, self._dir_dirty, self._dirty = self._dir_dirty, False, False
+        for fd in fds:
+            os.fsync(fd)
+        if dir_dirty:
+            dir_fd = os.open(self.directory, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        for fd in to_close:
+            os.close(fd)
+
+    def read(self, start_lsn: int, max_lines: int) -> ReadResult:
+        """Up to `max_lines` complete lines from `start_lsn`, skipping torn segment tails."""
+        with self.lock:
+            segments = [(s.start_lsn, s.path, s.size) for s in self._segments]
+            active_start = self._segments[-1].start_lsn if self._active_fd is not None else -1
+        lines: list[bytes] = []
+        torn = 0
+        lsn = start_lsn
+        for seg_start, path, size in segments:
+            seg_end = seg_start + size
+            if seg_end <= lsn:
+                continue
+            lsn = max(lsn, seg_start)
+            with path.open("rb") as f:
+                f.seek(lsn - seg_start)
+                while lsn < seg_end and len(lines) < max_lines:
+                    line = f.readline(seg_end - lsn)
+                    if not line.endswith(b"\n"):
+                        if seg_start == active_start:
+                            return ReadResult(lines, lsn, torn)
+                        log.warning(
+                            "spill %s: skipping a torn last line (%d bytes)", path, len(line)
+                        )
+                        torn += 1
+                        lsn = seg_end
+                        break
+                    lines.append(line)
+                    lsn += len(line)
+            if len(lines) >= max_lines:
+                break
+        return ReadResult(lines, lsn, torn)
+
+    def commit(self, lsn: int) -> None:
+        """The database holds everything before `lsn`: forget (delete) covered segments."""
+        with self.lock:
+            self.committed_lsn = max(self.committed_lsn, lsn)
+            keep: list[_Segment] = []
+            for i, segment in enumerate(self._segments):
+                is_active = self._active_fd is not None and i == len(self._segments) - 1
+                if segment.end_lsn <= self.committed_lsn and not is_active:
+                    segment.path.unlink(missing_ok=True)
+                else:
+                    keep.append(segment)
+            self._segments = keep
+
+    def close(self) -> None:
+        """fsync and close; delete every segment when the database has all of them."""
+        self.sync()
+        with self.lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._active_fd is not None:
+                os.close(self._active_fd)
+                self._active_fd = None
+            if self.committed_lsn >= self.end_lsn:
+                for segment in self._segments:
+                    segment.path.unlink(missing_ok=True)
+                self._segments = []
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+
+
+def _count_lines(path: Path) -> int:
+    count = 0
+    with path.open("rb") as f:
+        while chunk := f.read(READ_CHUNK_BYTES):
+            count += chunk.count(b"\n")
+    return count
