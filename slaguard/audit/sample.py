@@ -9,8 +9,10 @@ guard moves the fleet from `rollout(50)` to `held_round_robin` and back.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+from sqlalchemy import Engine
 
 from slaguard.audit.records import (
     DecisionRecord,
@@ -21,6 +23,8 @@ from slaguard.audit.records import (
     PriorityName,
     WeightVersionRecord,
 )
+from slaguard.audit.store import open_incident, record_mode_change, record_weight_version
+from slaguard.audit.writer import AuditWriter
 from slaguard.fleet.fleet import Target, load_fleet
 
 SICK_TARGET = "l40s-8b-0"
@@ -98,6 +102,8 @@ def synthetic_run(
         slack_channel="C0AUDIT", slack_ts="1796001200.000100",
     )  # fmt: skip
     changes = [
+        ModeChangeRecord(start_s - 300.0, "round_robin", "rollout(50)",
+                         "baseline collected; rollout stage 50 %", "guard", {}, None),
         ModeChangeRecord(opened + 60.0, "rollout(50)", "held_round_robin",
                          "ttft_zscore fired on " + SICK_TARGET, "guard", evidence, 1),
         ModeChangeRecord(resolved, "held_round_robin", "rollout(50)",
@@ -145,3 +151,27 @@ def _decision(
         explanation=explanation, weights_version=WEIGHTS_VERSION, config_hash=CONFIG_HASH,
         decision_latency_s=0.0008,
     )  # fmt: skip
+
+
+def load_run(engine: Engine, run: SyntheticRun, spill_dir: Path, timeout_s: float = 60.0) -> int:
+    """Store a run the way production does (store calls + the background writer);
+    return the incident's id. The database must be migrated and fresh."""
+    record_weight_version(engine, run.weight_version)
+    incident_id = open_incident(engine, run.incident)
+    for change in run.mode_changes:
+        linked = change.incident_id is not None
+        record_mode_change(
+            engine,
+            ModeChangeRecord(
+                change.at_s, change.from_mode, change.to_mode, change.reason, change.actor,
+                change.evidence, incident_id if linked else None,
+            ),
+        )  # fmt: skip
+    with AuditWriter(engine, spill_dir) as writer:
+        for decision in run.decisions:
+            writer.enqueue(decision)
+        for outcome in run.outcomes:
+            writer.enqueue(outcome)
+        if not writer.wait_flushed(timeout_s):
+            raise TimeoutError(f"audit writer did not flush within {timeout_s}s")
+    return incident_id
