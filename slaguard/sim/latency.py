@@ -28,8 +28,8 @@ PREFILL_TERMS = (
     "layer_s",
     "tp_sync_layer_s",
     "compute",
-    "attention_seq",
-    "attention_batch",
+    "attention",
+    "batch_log2",
     "tp_comm",
 )
 DECODE_TERMS = ("layer_s", "tp_sync_layer_s", "memory", "compute")
@@ -76,14 +76,18 @@ class TermUnits:
             kv_read_per_token_s=model.kv_bytes_per_token / bandwidth,
         )
 
-    def prefill_row(self, new_tokens: float, seq_pairs: float, batch_pairs: float) -> list[float]:
-        """Design-matrix row for PREFILL_TERMS (pairs: sum of P^2 - R^2, and x batch)."""
+    def prefill_row(self, new_tokens: float, pairs: float, sequences: int) -> list[float]:
+        """Design-matrix row for PREFILL_TERMS.
+
+        `new_tokens`: tokens computed over the batch; `pairs`: sum over its sequences of
+        P^2 - R^2 (prompt and reused lengths), the quadratic attention work.
+        """
         return [
             self.layers,
             self.tp_sync_layers,
             new_tokens * self.compute_per_token_s,
-            seq_pairs * self.attention_unit_s,
-            batch_pairs * self.attention_unit_s,
+            pairs * self.attention_unit_s,
+            new_tokens * self.compute_per_token_s * math.log2(sequences),
             new_tokens * self.tp_comm_per_token_s,
         ]
 
@@ -142,8 +146,8 @@ class TargetLatency:
     interconnect_gbps: float
     prefill_fixed_s: float
     prefill_per_token_s: float
-    prefill_seq_pair_s: float
-    prefill_batch_pair_s: float
+    prefill_per_pair_s: float
+    prefill_per_token_log2_batch_s: float
     decode_fixed_s: float
     decode_per_context_token_s: float
     decode_per_sequence_s: float
@@ -162,11 +166,11 @@ class TargetLatency:
         reused = min(reused_tokens, prompt_tokens - 1) if prompt_tokens > 0 else 0
         new = max(prompt_tokens - reused, 1) * batch_size
         pairs = float(prompt_tokens * prompt_tokens - reused * reused) * batch_size
+        per_token = self.prefill_per_token_s
+        if batch_size > 1:
+            per_token += math.log2(batch_size) * self.prefill_per_token_log2_batch_s
         return self.factor * (
-            self.prefill_fixed_s
-            + new * self.prefill_per_token_s
-            + pairs * self.prefill_seq_pair_s
-            + pairs * batch_size * self.prefill_batch_pair_s
+            self.prefill_fixed_s + new * per_token + pairs * self.prefill_per_pair_s
         )
 
     def prefill_many_s(self, prompts: Sequence[tuple[int, int]]) -> float:
@@ -177,11 +181,11 @@ class TargetLatency:
             reused = min(reused_tokens, prompt - 1) if prompt > 0 else 0
             new += max(prompt - reused, 1)
             pairs += float(prompt * prompt - reused * reused)
+        per_token = self.prefill_per_token_s
+        if len(prompts) > 1:
+            per_token += math.log2(len(prompts)) * self.prefill_per_token_log2_batch_s
         return self.factor * (
-            self.prefill_fixed_s
-            + new * self.prefill_per_token_s
-            + pairs * self.prefill_seq_pair_s
-            + pairs * len(prompts) * self.prefill_batch_pair_s
+            self.prefill_fixed_s + new * per_token + pairs * self.prefill_per_pair_s
         )
 
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
@@ -264,8 +268,8 @@ class LatencyModel:
             prefill_fixed_s=pre[0] * units.layers + pre[1] * units.tp_sync_layers,
             prefill_per_token_s=pre[2] * units.compute_per_token_s
             + pre[5] * units.tp_comm_per_token_s,
-            prefill_seq_pair_s=pre[3] * units.attention_unit_s,
-            prefill_batch_pair_s=pre[4] * units.attention_unit_s,
+            prefill_per_pair_s=pre[3] * units.attention_unit_s,
+            prefill_per_token_log2_batch_s=pre[4] * units.compute_per_token_s,
             decode_fixed_s=dec[0] * units.layers
             + dec[1] * units.tp_sync_layers
             + dec[2] * units.weights_read_s,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -51,13 +53,15 @@ SIGNIFICANT_DIGITS = 6
 Array = npt.NDArray[np.float64]
 
 
-def profiled_models() -> dict[str, ModelSpec]:
+@cache
+def profiled_models() -> Mapping[str, ModelSpec]:
     """The two models splitwise measured, llama2-70b straight from our catalogue."""
     llama = ModelSpec.model_validate({**builtin_models()["llama2-70b"], "id": "llama2-70b"})
     return {"llama2-70b": llama, "bloom-176b": BLOOM_176B}
 
 
-def profiled_cards() -> dict[str, CardType]:
+@cache
+def profiled_cards() -> Mapping[str, CardType]:
     cards = builtin_cards()
     return {
         hw: CardType.model_validate({**cards[cid], "id": cid})
@@ -105,9 +109,8 @@ def prefill_points(configs: pd.DataFrame) -> tuple[pd.DataFrame, Array]:
     points = configs.groupby(CONFIG_KEY[:-1])["prompt_time"].median().reset_index()
     rows = []
     for _, row in points.iterrows():
-        prompt, batch = float(row["prompt_size"]), float(row["batch_size"])
-        pairs = batch * prompt * prompt
-        rows.append(_units(row).prefill_row(batch * prompt, pairs, batch * pairs))
+        prompt, batch = float(row["prompt_size"]), int(row["batch_size"])
+        rows.append(_units(row).prefill_row(batch * prompt, batch * prompt * prompt, batch))
     return points, np.asarray(rows, dtype=np.float64)
 
 

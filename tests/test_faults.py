@@ -1,0 +1,186 @@
+"""Fault scenarios: the issue's schema exactly, one-line errors, answers at simulated time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slaguard.fleet import Fleet, load_fleet
+from slaguard.sim.faults import (
+    FaultError,
+    FaultSchedule,
+    HotPromptFault,
+    load_faults,
+    parse_faults,
+)
+
+ISSUE_SCHEMA = (Path(__file__).parent / "fixtures" / "issue3_faults.yaml").read_text("utf-8")
+"""The scenario schema exactly as issue 3 writes it (placeholders included)."""
+
+DEFAULT_FLEET_SCENARIO = (
+    ISSUE_SCHEMA.replace("<target id or card type>", "l40s")
+    .replace("<target id>", "h100-70b-0")
+    .replace("<model id>", "llama3.1-70b")
+)
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Fleet:
+    return load_fleet()
+
+
+def test_the_issue_schema_is_accepted_exactly() -> None:
+    schedule = parse_faults(ISSUE_SCHEMA, "issue.yaml")
+    assert [f.kind for f in schedule.faults] == [
+        "jitter",
+        "fail",
+        "hot_prompt",
+        "new_model",
+        "load_spike",
+    ]
+    assert schedule.change_times() == (600, 900, 1200, 1500, 1800, 2000, 2300)
+
+
+def test_answers_at_simulated_time(fleet: Fleet, tmp_path: Path) -> None:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(DEFAULT_FLEET_SCENARIO, encoding="utf-8")
+    schedule = load_faults(path, fleet)
+    l40s, h100_70b, h100_8b = (fleet.target(t) for t in ("l40s-8b-3", "h100-70b-0", "h100-8b-0"))
+    assert schedule.latency_factor(l40s, 899.9) == 1.0
+    assert schedule.latency_factor(l40s, 900.0) == 3.0
+    assert schedule.latency_factor(l40s, 1500.0) == 1.0  # end is exclusive
+    assert schedule.latency_factor(h100_8b, 1000.0) == 1.0
+    assert schedule.latency_factor(h100_70b, 1799.0) == 1.0
+    assert schedule.latency_factor(h100_70b, 3599.0) == 1.8  # new model stays live
+    assert schedule.latency_factor(h100_8b, 3599.0) == 1.0
+    assert not schedule.is_failed("h100-70b-0", 1199.9)
+    assert schedule.is_failed("h100-70b-0", 1200.0)
+    assert not schedule.is_failed("h100-70b-1", 1500.0)
+    assert not schedule.is_failed("h100-70b-0", 1800.0)
+    hot = schedule.hot_prompt(700.0)
+    assert isinstance(hot, HotPromptFault) and (hot.share, hot.prompt_tokens) == (0.3, 6000)
+    assert schedule.hot_prompt(900.0) is None
+    assert schedule.arrival_rate_factor(2100.0) == 2.5
+    assert schedule.arrival_rate_factor(2300.0) == 1.0
+    assert schedule.report_rows()[3] == {
+        "kind": "new_model",
+        "target": "llama3.1-70b",
+        "start_s": 1800.0,
+        "end_s": None,
+    }
+    assert schedule.report_rows()[2]["target"] is None
+
+
+def test_overlapping_jitters_multiply_and_card_type_matches_all_its_targets(fleet: Fleet) -> None:
+    schedule = parse_faults(
+        "faults:\n"
+        "  - {kind: jitter, target: h100, start_s: 0, end_s: 100, factor: 2}\n"
+        "  - {kind: jitter, target: h100-8b-1, start_s: 50, end_s: 100, factor: 1.5}\n",
+        fleet=fleet,
+    )
+    assert schedule.latency_factor(fleet.target("h100-8b-0"), 60) == 2.0
+    assert schedule.latency_factor(fleet.target("h100-8b-1"), 60) == 3.0
+    assert schedule.latency_factor(fleet.target("h100-70b-1"), 10) == 2.0
+    assert schedule.latency_factor(fleet.target("h200-8b"), 10) == 1.0
+
+
+def test_extra_fields_are_welcome() -> None:
+    schedule = parse_faults(
+        "name: rehearsal\nowner: sre\nfaults:\n"
+        "  - {kind: load_spike, start_s: 1, end_s: 2, factor: 2, note: Black Friday}\n"
+    )
+    assert schedule.faults[0].model_extra == {"note": "Black Friday"}
+    assert parse_faults("").faults == () and parse_faults("faults:\n").faults == ()
+
+
+BAD = [
+    (
+        "faults:\n  - kind: jitter\n    target: x\n    start_s: 1\n    end_s: 2\n",
+        "2",
+        "faults[0].factor: Field required",
+        "add the field",
+    ),
+    (
+        "faults:\n  - {kind: fail, target: x, start_s: 1, end_s: 2}\n  - kind: meltdown\n",
+        "3",
+        "faults[1]: Input tag 'meltdown'",
+        "use a kind among jitter, fail",
+    ),
+    (
+        "faults:\n  - kind: load_spike\n    start_s: 1\n    end_s: 2\n    factor: -1\n",
+        "5",
+        "faults[0].factor: Input should be greater than 0 (got -1)",
+        "use a larger value",
+    ),
+    (
+        "faults:\n  - {kind: fail, target: x, start_s: 10, end_s: 5}\n",
+        "2",
+        "end_s (5.0) must be after start_s (10.0)",
+        "correct the value",
+    ),
+    (
+        "faults:\n  - {kind: hot_prompt, start_s: 1, end_s: 2, share: 1.5, prompt_tokens: 10}\n",
+        "2",
+        "faults[0].share: Input should be less than or equal to 1",
+        "use a smaller value",
+    ),
+    ("faults:\n  - {start_s: 1}\n", "2", "faults[0]: Unable to extract tag", "add `kind:`"),
+    ("faults: {kind: fail}\n", "1", "faults: Input should be a valid list", "as a list"),
+    (
+        "faults:\n  - {kind: jitter, target: x, start_s: 1, end_s: soon, factor: 2}\n",
+        "2",
+        "faults[0].end_s: Input should be a valid number",
+        "write a number",
+    ),
+    ("faults: [\n", "2", "invalid YAML", "correct the syntax"),
+    ("- a\n- b\n", "1", "not a mapping", "start the file with `faults:`"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "problem", "fix"), BAD)
+def test_bad_scenarios_are_one_line_with_file_line_field_and_fix(
+    tmp_path: Path, text: str, line: str, problem: str, fix: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(FaultError) as caught:
+        load_faults(path)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}:{line}: ")
+    assert problem in message and "; fix: " in message and fix in message
+
+
+@pytest.mark.parametrize(
+    ("fault", "problem"),
+    [
+        (
+            "{kind: jitter, target: tpu-v5, start_s: 0, end_s: 1, factor: 2}",
+            "faults[0].target: unknown target or card type 'tpu-v5' in fleet 'default-mixed'",
+        ),
+        (
+            "{kind: fail, target: h100, start_s: 0, end_s: 1}",
+            "faults[0].target: unknown target 'h100'",
+        ),
+        (
+            "{kind: new_model, model: llama2-70b, start_s: 0, latency_factor: 2}",
+            "faults[0].model: model 'llama2-70b' is not served by fleet",
+        ),
+    ],
+)
+def test_names_are_checked_against_the_fleet(fleet: Fleet, fault: str, problem: str) -> None:
+    with pytest.raises(FaultError) as caught:
+        parse_faults(f"faults:\n  - {fault}\n", "s.yaml", fleet)
+    assert str(caught.value).startswith(f"s.yaml: {problem}")
+    assert "; fix: " in str(caught.value)
+    parse_faults(f"faults:\n  - {fault}\n", "s.yaml")  # no fleet: names are not checked
+
+
+def test_missing_file_and_empty_schedule(fleet: Fleet) -> None:
+    with pytest.raises(FaultError, match=r"nope\.yaml: file not found; fix: "):
+        load_faults("nope.yaml")
+    empty = FaultSchedule()
+    assert empty.latency_factor(fleet.targets[0], 5.0) == 1.0
+    assert empty.arrival_rate_factor(5.0) == 1.0 and empty.hot_prompt(5.0) is None
+    assert not empty.is_failed(fleet.targets[0].id, 5.0) and empty.report_rows() == []
