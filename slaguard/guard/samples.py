@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
 from slaguard.scheduler.rollout import Arm
+
+_KEY_MASK = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +49,11 @@ def prefix_identity(prefix_blocks: tuple[int, ...], prompt_hash: str | None = No
     """Identity of the whole prefix: all block ids, never the first block alone.
 
     In real traces block 0 is often a system prompt shared by every request; keying on it
-    would make every request look like one hot prompt.
+    would make every request look like one hot prompt. The text is the same as the
+    simulator's `Request.prefix_id` (63-bit blake2b of the little-endian int64 block ids).
     """
     if prefix_blocks:
-        return "blocks:" + ",".join(str(b) for b in prefix_blocks)
-    return f"hash:{prompt_hash}" if prompt_hash else None
+        raw = b"".join(b.to_bytes(8, "little", signed=True) for b in prefix_blocks)
+        key = int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little") & _KEY_MASK
+        return f"{key:016x}"
+    return prompt_hash or None

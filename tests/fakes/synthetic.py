@@ -36,7 +36,9 @@ class Workload:
     deadline_s: float = 4.0
     seed: int = 7
 
-    def samples(self, start_s: float, end_s: float, slowdown: Slowdown | None = None) -> Iterator[GuardSample]:
+    def samples(
+        self, start_s: float, end_s: float, slowdown: Slowdown | None = None
+    ) -> Iterator[GuardSample]:
         """Samples in arrival order; `slowdown(sample)` multiplies a sample's TTFT."""
         rng = np.random.default_rng(self.seed)
         t = start_s
@@ -49,5 +51,13 @@ class Workload:
             base = GuardSample(t, target, card, model, True, self.deadline_s, ttft, Arm.ROUND_ROBIN)
             factor = slowdown(base) if slowdown else 1.0
             ttft *= factor
-            yield GuardSample(t, target, card, model, ttft <= self.deadline_s, self.deadline_s, ttft,
-                              Arm.ROUND_ROBIN)
+            yield GuardSample(
+                t,
+                target,
+                card,
+                model,
+                ttft <= self.deadline_s,
+                self.deadline_s,
+                ttft,
+                Arm.ROUND_ROBIN,
+            )

@@ -1,0 +1,120 @@
+"""TTFT Z-score detector on synthetic series with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from fakes.drive import run_seconds
+from fakes.synthetic import Workload
+
+from slaguard.guard.config import TtftZscoreConfig
+from slaguard.guard.histogram import SlidingLogHistogram
+from slaguard.guard.robust import robust_center, robust_zscores
+from slaguard.guard.samples import GuardSample
+from slaguard.guard.ttft_zscore import TtftZscoreDetector
+from slaguard.guard.verdicts import Action, Status
+
+FAULT_AT = 1200
+
+
+def _trips(reports: list[tuple[int, object]]) -> list[tuple[int, str]]:
+    return [(sec, v.subject) for sec, r in reports for v in r.verdicts if v.action is Action.TRIP]  # type: ignore[attr-defined]
+
+
+def test_histogram_quantile_is_within_relative_accuracy_and_window_expires() -> None:
+    hist = SlidingLogHistogram(5.0, 60, 0.02, 1e-4, 1e4)
+    values = np.random.default_rng(3).lognormal(0.0, 0.7, 6000)
+    for i, v in enumerate(values):
+        hist.add("t", i * 0.05, float(v))  # 300 s of samples
+    hist.advance(299.0)
+    exact = float(np.quantile(values, 0.99, method="lower"))
+    assert hist.count("t") == 6000
+    assert abs(hist.quantile("t", 0.99) / exact - 1) <= 0.021
+    hist.advance(450.0)  # window = slices 31..90, i.e. samples from 155 s on
+    assert hist.count("t") == (300 - 155) * 20
+    hist.advance(1000.0)
+    assert hist.count("t") == 0 and math.isnan(hist.quantile("t", 0.99))
+
+
+def test_mad_zero_does_not_divide_by_zero() -> None:
+    center = robust_center([2.0, 2.0, 2.0, 2.0], floor_rel=0.05)
+    assert center.mad == 0.0 and center.scale == pytest.approx(1.4826 * 0.1)
+    zs, _ = robust_zscores({"a": 2.0, "b": 2.0, "c": 2.0, "d": 3.0}, floor_rel=0.05)
+    assert zs["a"] == 0.0 and zs["d"] == pytest.approx(1.0 / (1.4826 * 0.1))
+    zeros, _ = robust_zscores({"a": 0.0, "b": 0.0, "c": 0.0}, floor_rel=0.05)
+    assert all(math.isfinite(z) for z in zeros.values())
+
+
+def test_clean_series_never_trips_or_demotes() -> None:
+    det = TtftZscoreDetector()
+    reports = list(run_seconds(det, Workload(seed=11).samples(0, 3600), 1, 3600, det.evaluate))
+    assert _trips(reports) == []
+    assert [v for _, r in reports for v in r.verdicts] == []
+    assert reports[-1][1].status is Status.OK
+    zs = det.zscores()
+    assert len(zs) == 19 and all(math.isfinite(z) and z < 3.5 for z in zs.values())
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_3x_jitter_on_one_card_type_trips_within_25_evaluations(seed: int) -> None:
+    det = TtftZscoreDetector()
+
+    def slow(s: GuardSample) -> float:
+        return 3.0 if s.card_type == "l40s" and s.at_s >= FAULT_AT else 1.0
+
+    stream = Workload(seed=seed).samples(0, FAULT_AT + 120, slow)
+    reports = list(run_seconds(det, stream, 1, FAULT_AT + 120, det.evaluate))
+    trips = _trips(reports)
+    assert trips and trips[0][0] >= FAULT_AT, "no trip before the fault"
+    first = trips[0][0]
+    assert first - FAULT_AT <= 25
+    assert trips[0][1] == "card:l40s"
+    verdict = next(v for _, r in reports for v in r.verdicts if v.at_s == first)
+    assert verdict.evidence["ratio_to_baseline"] >= 2.0
+    assert verdict.evidence["tier_min_ratio"] == 2.0 and verdict.evidence["z_threshold"] == 3.5
+
+
+def test_single_target_persistent_anomaly_demotes_then_restores_without_fleet_trip() -> None:
+    det = TtftZscoreDetector()
+
+    def slow(s: GuardSample) -> float:
+        return 4.0 if s.target_id == "l40s-8b-2" and FAULT_AT <= s.at_s < FAULT_AT + 600 else 1.0
+
+    stream = Workload(rate_per_s=20.0, seed=5).samples(0, FAULT_AT + 1200, slow)
+    reports = list(run_seconds(det, stream, 1, FAULT_AT + 1200, det.evaluate))
+    assert _trips(reports) == []
+    verdicts = [(sec, v) for sec, r in reports for v in r.verdicts]
+    assert [v.action for _, v in verdicts] == [Action.DEMOTE, Action.RESTORE]
+    (demoted_at, demote), (restored_at, _) = verdicts
+    assert demote.subject == "target:l40s-8b-2"
+    assert FAULT_AT + 30 <= demoted_at <= FAULT_AT + 90
+    assert (
+        demote.evidence["z"] >= 3.5 and demote.evidence["p99_s"] > demote.evidence["baseline_p99_s"]
+    )
+    assert FAULT_AT + 600 < restored_at <= FAULT_AT + 600 + 300 + 90
+
+
+def test_thin_data_never_trips() -> None:
+    det = TtftZscoreDetector()
+
+    def slow(s: GuardSample) -> float:
+        return 3.0 if s.card_type == "l40s" and s.at_s >= 600 else 1.0
+
+    stream = Workload(rate_per_s=0.05, seed=2).samples(0, 1800, slow)
+    reports = list(run_seconds(det, stream, 1, 1800, det.evaluate))
+    assert _trips(reports) == []
+    assert {r.status for _, r in reports} == {Status.INSUFFICIENT}
+    assert det.zscores() == {}
+
+
+def test_missing_ttft_is_not_read_as_zero() -> None:
+    det = TtftZscoreDetector(TtftZscoreConfig(min_samples=3))
+    for i in range(10):
+        det.observe(GuardSample(float(i), "t", "h100", "m", False, 4.0, None))
+        det.observe(GuardSample(float(i), "t", "h100", "m", False, 4.0, math.nan))
+    det.evaluate(10.0)
+    assert det._hist.count("t") == 0  # nothing counted: no 0 s TTFT
+    det.observe(GuardSample(11.0, "t", "h100", "m", True, 4.0, 0.5))
+    assert det._hist.count("t") == 1

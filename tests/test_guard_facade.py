@@ -1,0 +1,152 @@
+"""The Guard facade end to end on simulated time: trip, incident lifecycle, no spam."""
+
+from __future__ import annotations
+
+import numpy as np
+from fakes.drive import run_seconds
+
+from slaguard.guard.config import BreakerConfig, GuardConfig
+from slaguard.guard.events import (
+    BreakerEvent,
+    GuardEvent,
+    IncidentEvent,
+    IncidentState,
+    ModeChangedEvent,
+    VerdictEvent,
+    VerdictPhase,
+)
+from slaguard.guard.guard import Guard
+from slaguard.guard.modes import ModeState
+from slaguard.guard.samples import GuardSample
+from slaguard.scheduler.rollout import ROUND_ROBIN, FleetMode, ModeKind, RolloutPlan
+
+R10 = FleetMode(ModeKind.ROLLOUT, 10)
+FLOOD = (300.0, 400.0)
+
+
+def _flood_stream(seconds: float = 900.0, seed: int = 3) -> list[GuardSample]:
+    rng = np.random.default_rng(seed)
+    out, t, n = [], 0.0, 0
+    while (t := t + float(rng.exponential(1 / 5.4))) < seconds:
+        n += 1
+        hot = FLOOD[0] <= t < FLOOD[1] and rng.random() < 0.3
+        out.append(
+            GuardSample(
+                t, f"t{n % 4}", "h100", "m", True, 4.0, 0.3, prefix_id="hot" if hot else f"p{n}"
+            )
+        )
+    return out
+
+
+def _guard(auto_return: bool = False) -> Guard:
+    config = GuardConfig(
+        breaker=BreakerConfig(cooldown_s=120.0, clear_after=30, auto_return=auto_return)
+    )
+    plan = RolloutPlan(baseline_s=86_400.0, stage_s=86_400.0)
+    return Guard(config, plan, ModeState(mode=R10, version=3, since_s=0.0))
+
+
+def _run(guard: Guard, seconds: int = 900) -> list[tuple[int, list[GuardEvent]]]:
+    return list(run_seconds(guard, _flood_stream(seconds), 1, seconds, guard.evaluate))
+
+
+def test_trip_switches_the_mode_in_the_same_evaluation_as_the_breaker() -> None:
+    guard = _guard()
+    timeline = _run(guard)
+    raised = [
+        s
+        for s, evs in timeline
+        for e in evs
+        if isinstance(e, VerdictEvent) and e.phase is VerdictPhase.RAISED
+    ]
+    trips = [
+        (s, evs)
+        for s, evs in timeline
+        if any(isinstance(e, BreakerEvent) and e.signal == "trip" for e in evs)
+    ]
+    assert len(raised) == 1 and len(trips) == 1
+    trip_s, events = trips[0]
+    assert trip_s == raised[0] + 2  # K = 3 consecutive bad evaluations
+    assert FLOOD[0] <= raised[0] <= FLOOD[0] + 12
+    changed = [e for e in events if isinstance(e, ModeChangedEvent)]
+    assert [(c.transition.from_mode, c.transition.to_mode) for c in changed] == [
+        ("rollout(10)", "round_robin")
+    ]
+    assert changed[0].transition.version == 4
+    assert changed[0].transition.evidence["verdicts"][0]["evidence"]["trip_share"] == 0.2
+    assert guard.state.mode == ROUND_ROBIN
+
+
+def test_one_message_per_state_change_and_manual_resume_resolves() -> None:
+    guard = _guard()
+    timeline = _run(guard)
+    incidents = [e for _, evs in timeline for e in evs if isinstance(e, IncidentEvent)]
+    assert [(i.state, i.revision) for i in incidents] == [
+        (IncidentState.OPENED, 0),
+        (IncidentState.UPDATED, 1),
+    ]
+    opened, cleared = incidents
+    assert opened.mode_before == "rollout(10)" and opened.mode_after == "round_robin"
+    assert opened.detector == "hot_spot" and opened.subject == "prefix:hot"
+    assert "slaguard resume --stage 10" in cleared.summary
+    assert guard.state.mode == ROUND_ROBIN  # manual return by default
+    ended = [
+        e
+        for _, evs in timeline
+        for e in evs
+        if isinstance(e, VerdictEvent) and e.phase is VerdictPhase.ENDED
+    ]
+    assert len(ended) == 1
+    result, events = guard.resume(901.0, actor="ana", reason="flood over")
+    assert result.changed and guard.state.mode == R10
+    resolved = [e for e in events if isinstance(e, IncidentEvent)]
+    assert [(r.state, r.incident_id) for r in resolved] == [
+        (IncidentState.RESOLVED, opened.incident_id)
+    ]
+    again, more = guard.resume(902.0, actor="ana", reason="flood over")
+    assert not again.changed and more == []
+
+
+def test_auto_return_reenters_the_first_stage_and_resolves() -> None:
+    guard = _guard(auto_return=True)
+    timeline = _run(guard)
+    changes = [
+        (s, e.transition.kind.value, e.transition.to_mode)
+        for s, evs in timeline
+        for e in evs
+        if isinstance(e, ModeChangedEvent)
+    ]
+    assert [c[1:] for c in changes] == [("trip", "round_robin"), ("auto_return", "rollout(10)")]
+    trip_s, return_s = changes[0][0], changes[1][0]
+    assert return_s - trip_s >= 120
+    states = [e.state for _, evs in timeline for e in evs if isinstance(e, IncidentEvent)]
+    assert states == [IncidentState.OPENED, IncidentState.RESOLVED]
+
+
+def test_rollback_is_idempotent_and_adopt_state_resolves_an_open_incident() -> None:
+    guard = _guard()
+    result, events = guard.rollback(1.0, actor="bo", reason="drill")
+    assert result.changed and [type(e) for e in events] == [ModeChangedEvent]
+    again, none = guard.rollback(2.0, actor="bo", reason="drill")
+    assert not again.changed and none == [] and "already on round_robin" in again.message
+    other = _guard()
+    timeline = _run(other, 500)
+    assert other.incidents.current is not None
+    stored = ModeState(
+        mode=R10, version=other.state.version + 1, since_s=500.0, reason="resumed by cli"
+    )
+    events = other.adopt_state(stored, 501.0)
+    assert [(e.state, e.summary) for e in events if isinstance(e, IncidentEvent)] == [
+        (IncidentState.RESOLVED, "resumed by cli")
+    ]
+    assert other.adopt_state(stored, 502.0) == []
+    assert timeline
+
+
+def test_all_events_are_json_serialisable() -> None:
+    import json
+
+    guard = _guard(auto_return=True)
+    for _, events in _run(guard):
+        for event in events:
+            json.dumps(event.to_dict())
