@@ -67,6 +67,14 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(str(url.database))
 
 
+def default_spill_dir(url: URL) -> Path:
+    """Where a writer keeps its journal by default: beside a SQLite file, else in `./`."""
+    path = sqlite_path(url)
+    if path is not None:
+        return path.with_name(path.name + ".spill")
+    return Path(f"slaguard-audit-{url.database or 'db'}.spill")
+
+
 def _compact_json(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 

@@ -25,9 +25,10 @@ from types import TracebackType
 from typing import TypeVar
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
-from slaguard.audit.engine import shown_url
+from slaguard.audit.engine import create_audit_engine, default_spill_dir, shown_url
+from slaguard.audit.migrate import require_current_schema, upgrade
 from slaguard.audit.records import AuditRecord
 from slaguard.audit.sink import DecodedBatch, decode_lines, encode_record, write_batch
 from slaguard.audit.spill import SpillJournal
@@ -315,3 +316,29 @@ def _notify(callback: Callable[[_T], None] | None, value: _T) -> None:
         callback(value)
     except Exception:
         log.exception("audit writer: monitoring callback failed")
+
+
+def open_writer(
+    db_url: str,
+    *,
+    spill_dir: Path | str | None = None,
+    settings: WriterSettings | None = None,
+    migrate: bool = False,
+) -> AuditWriter:
+    """A writer for `db_url` (what `simulate --audit-db URL` needs in one call).
+
+    With `migrate`, the schema is created/upgraded first. A reachable database at the
+    wrong schema raises SchemaNotCurrentError; an unreachable one only logs a warning:
+    records wait in the spill journal (default: beside the SQLite file, or ./) until it
+    answers."""
+    engine = create_audit_engine(db_url)
+    try:
+        if migrate:
+            upgrade(engine)
+        require_current_schema(engine)
+    except OperationalError as exc:
+        log.warning(
+            "audit database %s unreachable at start (%s); journalling until it answers",
+            shown_url(engine.url), str(exc.orig).strip().splitlines()[0] if exc.orig else exc,
+        )  # fmt: skip
+    return AuditWriter(engine, spill_dir or default_spill_dir(engine.url), settings)

@@ -1,0 +1,176 @@
+"""Output for `slaguard audit`: a rich table on the terminal, or csv / json / parquet.
+
+Multi-part answers (`explain`, `incident`) print every part as a table; as json they are
+one object with every part; as csv/parquet, which hold one table, they write the main
+part (explain: the candidates; incident: the per-target phases).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pandas as pd  # type: ignore[import-untyped]
+from rich.console import Console
+from rich.table import Table
+
+from slaguard.audit.service import DecisionExplanation, IncidentTimeline
+
+
+class OutputFormat(StrEnum):
+    TABLE = "table"
+    CSV = "csv"
+    JSON = "json"
+    PARQUET = "parquet"
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if value is pd.NaT:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, datetime | pd.Timestamp):
+        return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return str(value)
+
+
+def frame_table(frame: pd.DataFrame, title: str) -> Table:
+    """A DataFrame as a rich Table, numbers right-aligned and compact."""
+    table = Table(title=title, title_justify="left")
+    for name in frame.columns:
+        numeric = pd.api.types.is_numeric_dtype(frame[name].dtype)
+        table.add_column(str(name), justify="right" if numeric else "left")
+    for row in frame.itertuples(index=False):
+        table.add_row(*(_cell(v) for v in row))
+    return table
+
+
+def _console() -> Console:
+    return Console(width=max(Console().width, 160), soft_wrap=False)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime | pd.Timestamp):
+        return value.isoformat()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def _frame_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    clean = frame.astype(object).where(frame.notna(), None)
+    records: list[dict[str, Any]] = clean.to_dict(orient="records")
+    return records
+
+
+def _write_json(payload: Any, output: Path | None) -> None:
+    data = msgspec.json.format(msgspec.json.encode(payload, enc_hook=_json_default), indent=2)
+    if output is None:
+        sys.stdout.write(data.decode() + "\n")
+    else:
+        output.write_bytes(data + b"\n")
+
+
+def _write_single(frame: pd.DataFrame, fmt: OutputFormat, output: Path | None) -> None:
+    if fmt is OutputFormat.CSV:
+        frame.to_csv(output if output is not None else sys.stdout, index=False)
+    elif fmt is OutputFormat.PARQUET:
+        if output is None:
+            raise ValueError("--format parquet needs --output FILE.parquet")
+        frame.to_parquet(output, index=False)
+    else:
+        _write_json(_frame_records(frame), output)
+
+
+def emit_frame(frame: pd.DataFrame, fmt: OutputFormat, output: Path | None, title: str) -> None:
+    """One table in the requested format (stdout unless `output`)."""
+    if fmt is OutputFormat.TABLE:
+        _console().print(frame_table(frame, f"{title} ({len(frame)} rows)"))
+        return
+    _write_single(frame, fmt, output)
+
+
+def _pairs_table(title: str, pairs: dict[str, Any]) -> Table:
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("field")
+    table.add_column("value")
+    for key, value in pairs.items():
+        shown = value if isinstance(value, str) else _cell(value)
+        if isinstance(value, dict | list):
+            shown = msgspec.json.encode(value).decode()
+        table.add_row(key, shown)
+    return table
+
+
+def emit_explanation(expl: DecisionExplanation, fmt: OutputFormat, output: Path | None) -> None:
+    """Why one request went where it went."""
+    if fmt is OutputFormat.JSON:
+        _write_json(
+            {
+                "decision": expl.decision,
+                "outcome": expl.outcome,
+                "weights": expl.weights,
+                "candidates": _frame_records(expl.candidates),
+                "rejected": _frame_records(expl.rejected),
+                "other": expl.other,
+            },
+            output,
+        )
+        return
+    if fmt is not OutputFormat.TABLE:
+        _write_single(expl.candidates, fmt, output)
+        return
+    console = _console()
+    rid = expl.decision["request_id"]
+    console.print(_pairs_table(f"decision {rid}", expl.decision))
+    if expl.outcome is not None:
+        console.print(_pairs_table("outcome", expl.outcome))
+    else:
+        console.print("outcome: none recorded")
+    console.print(_pairs_table("weights", expl.weights))
+    console.print(frame_table(expl.candidates, "eligible candidates, best score first"))
+    console.print(frame_table(expl.rejected, "rejected targets"))
+    if expl.other:
+        console.print(_pairs_table("more from the explanation", expl.other))
+
+
+def emit_timeline(tl: IncidentTimeline, fmt: OutputFormat, output: Path | None) -> None:
+    """An incident's evidence, mode switches and per-target phases."""
+    rec = tl.incident.record
+    header = {
+        "id": tl.incident.id, "detector": rec.detector, "severity": rec.severity,
+        "subject": rec.subject,
+        "opened": pd.Timestamp(rec.opened_at_s, unit="s", tz="UTC"),
+        "resolved": None if rec.resolved_at_s is None else pd.Timestamp(
+            rec.resolved_at_s, unit="s", tz="UTC"
+        ),
+        "notification": rec.notification_state, "slack": rec.slack_ts,
+        "evidence": dict(rec.evidence),
+    }  # fmt: skip
+    if fmt is OutputFormat.JSON:
+        _write_json(
+            {
+                "incident": header,
+                "phases": {k: [a, b] for k, (a, b) in tl.phases.items()},
+                "mode_changes": _frame_records(tl.mode_changes),
+                "per_target": _frame_records(tl.per_target),
+            },
+            output,
+        )
+        return
+    if fmt is not OutputFormat.TABLE:
+        _write_single(tl.per_target, fmt, output)
+        return
+    console = _console()
+    console.print(_pairs_table(f"incident {tl.incident.id}", header))
+    phases = {k: f"{_cell(a)} .. {_cell(b)}" for k, (a, b) in tl.phases.items()}
+    console.print(_pairs_table("phases", phases))
+    console.print(frame_table(tl.mode_changes, "mode changes"))
+    console.print(frame_table(tl.per_target, "per target, before / during / after"))

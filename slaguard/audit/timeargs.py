@@ -1,0 +1,63 @@
+"""Time arguments for `slaguard audit`: ISO 8601 or relative to now (`-2h`, `-30m`, `-7d`).
+
+Parsing is pandas' (`Timestamp`, `Timedelta`); this module only adds the leading-minus
+convention, UTC for zone-less input, and one-line errors naming the option.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd  # type: ignore[import-untyped]
+
+_DAY_WEEK_UNIT = re.compile(r"(?<=\d)\s*([dw])(?![a-z])")
+TIME_HELP = "ISO 8601 (2026-11-29T14:00Z; no zone means UTC), 'now', or relative: -2h, -30m, -7d"
+
+
+def parse_duration(text: str, option: str) -> timedelta:
+    """A positive duration like `30d`, `2h`, `1h30m`, `90s`."""
+    normalized = _DAY_WEEK_UNIT.sub(lambda m: m.group(1).upper(), text.strip())
+    try:
+        value = pd.Timedelta(normalized)
+    except (ValueError, TypeError):
+        value = pd.NaT
+    if value is pd.NaT or value <= pd.Timedelta(0):
+        raise ValueError(
+            f"{option}: cannot read {text!r} as a positive duration; use e.g. 30d, 2h, 30m, 90s"
+        )
+    duration: timedelta = value.to_pytimedelta()
+    return duration
+
+
+def parse_time(text: str, option: str, now: datetime) -> datetime:
+    """An aware UTC datetime from ISO text, `now`, or `-<duration>` before `now`."""
+    stripped = text.strip()
+    if stripped == "now":
+        return now
+    if stripped.startswith("-"):
+        try:
+            return now - parse_duration(stripped[1:], option)
+        except ValueError:
+            raise ValueError(f"{option}: cannot read {text!r}; use {TIME_HELP}") from None
+    try:
+        stamp = pd.Timestamp(stripped)
+    except (ValueError, TypeError):
+        stamp = pd.NaT
+    if stamp is pd.NaT:
+        raise ValueError(f"{option}: cannot read {text!r} as a time; use {TIME_HELP}")
+    stamp = stamp.tz_localize(UTC) if stamp.tzinfo is None else stamp.tz_convert(UTC)
+    moment: datetime = stamp.to_pydatetime()
+    return moment
+
+
+def parse_range(since: str, until: str, now: datetime) -> tuple[datetime, datetime]:
+    """(since, until), refusing an empty or inverted range."""
+    start = parse_time(since, "--since", now)
+    end = parse_time(until, "--until", now)
+    if end <= start:
+        raise ValueError(
+            f"--since {since!r} ({start.isoformat()}) is not before --until {until!r} "
+            f"({end.isoformat()}); swap them or widen the range"
+        )
+    return start, end

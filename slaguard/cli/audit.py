@@ -1,0 +1,185 @@
+"""`slaguard audit`: postmortem questions over the audit database.
+
+Every subcommand takes `--db` and `--format table|csv|json|parquet` (`--output FILE`;
+parquet needs it). Times are ISO 8601 or relative to now (`-2h`, `-30m`, `-7d`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+import typer
+from sqlalchemy.exc import SQLAlchemyError
+
+from slaguard.audit import service
+from slaguard.audit.records import POLICY_ARMS
+from slaguard.audit.render import OutputFormat, emit_explanation, emit_frame, emit_timeline
+from slaguard.audit.service import UnknownRequestError
+from slaguard.audit.store import UnknownIncidentError
+from slaguard.audit.timeargs import TIME_HELP, parse_duration, parse_range
+from slaguard.cli.db import DbOption, open_audit_db
+from slaguard.cli.errors import fail
+from slaguard.cli.fleet import FleetOption, load_or_fail
+
+app = typer.Typer(help="Postmortem queries over recorded routing decisions.", no_args_is_help=True)
+
+_T = TypeVar("_T")
+
+FormatOption = typer.Option(OutputFormat.TABLE, "--format", "-f", help="Output format.")
+OutputOption = typer.Option(
+    None, "--output", "-o", help="Write to this file (needed for parquet).", dir_okay=False
+)
+SinceOption = typer.Option("-1h", "--since", help=f"Start (inclusive). {TIME_HELP}.")
+UntilOption = typer.Option("now", "--until", help="End (exclusive), same forms as --since.")
+PlotOption = typer.Option(
+    None,
+    "--plot",
+    help="Also draw TTFT p99 per target, mode switches marked, to this PNG.",
+    dir_okay=False,
+)
+PlotOption = typer.Option(
+    None, "--plot", help="Also draw TTFT p99 per target, mode switches marked, to this PNG.",
+    dir_okay=False,
+)  # fmt: skip
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _answer(query: Callable[[], _T]) -> _T:
+    """Run a query; user-fixable problems and database failures become one line."""
+    try:
+        return query()
+    except (UnknownRequestError, UnknownIncidentError) as exc:
+        fail(str(exc.args[0]))
+    except ValueError as exc:
+        fail(str(exc))
+    except SQLAlchemyError as exc:
+        original = getattr(exc, "orig", None) or exc
+        fail(f"database query failed: {str(original).strip().splitlines()[0]}")
+
+
+def _check_output(fmt: OutputFormat, output: Path | None) -> None:
+    if fmt is OutputFormat.PARQUET and output is None:
+        fail("--format parquet writes a file: add --output FILE.parquet")
+    if output is not None and not output.parent.is_dir():
+        fail(f"--output: directory {output.parent} does not exist")
+
+
+@app.command("decisions")
+def decisions_command(
+    since: str = SinceOption,
+    until: str = UntilOption,
+    target: str | None = typer.Option(None, help="Only this target id."),
+    model: str | None = typer.Option(None, help="Only this model id."),
+    policy: str | None = typer.Option(None, help="Only this arm: round_robin or learned."),
+    mode: str | None = typer.Option(None, help="Only this fleet mode, e.g. rollout(10)."),
+    limit: int = typer.Option(1000, min=0, help="At most this many rows (0: all)."),
+    db: str | None = DbOption,
+    fmt: OutputFormat = FormatOption,
+    output: Path | None = OutputOption,
+) -> None:
+    """Decisions in a time range, with their outcomes, oldest first."""
+    _check_output(fmt, output)
+    if policy is not None and policy not in POLICY_ARMS:
+        fail(f"--policy: unknown arm {policy!r}; use one of {sorted(POLICY_ARMS)}")
+    start, end = _answer(lambda: parse_range(since, until, _now()))
+    engine = open_audit_db(db)
+    frame = _answer(
+        lambda: service.decisions(
+            engine, start, end, target=target, model=model, policy=policy, mode=mode,
+            limit=limit or None,
+        )
+    )  # fmt: skip
+    emit_frame(frame, fmt, output, f"decisions {start:%Y-%m-%d %H:%M:%S} .. {end:%H:%M:%S} UTC")
+
+
+@app.command("explain")
+def explain_command(
+    request_id: str = typer.Argument(..., help="The request id to explain."),
+    db: str | None = DbOption,
+    fmt: OutputFormat = FormatOption,
+    output: Path | None = OutputOption,
+) -> None:
+    """Why one request went where it went: candidates' component scores, rejections,
+    weights version, fleet mode, and how the request turned out."""
+    _check_output(fmt, output)
+    engine = open_audit_db(db)
+    emit_explanation(_answer(lambda: service.explain(engine, request_id)), fmt, output)
+
+
+@app.command("summary")
+def summary_command(
+    since: str = SinceOption,
+    until: str = UntilOption,
+    fleet_file: Path | None = FleetOption,
+    db: str | None = DbOption,
+    fmt: OutputFormat = FormatOption,
+    output: Path | None = OutputOption,
+) -> None:
+    """Per arm, target and card type: decision share vs capacity share, TTFT p50/p99,
+    SLA violation rate."""
+    _check_output(fmt, output)
+    start, end = _answer(lambda: parse_range(since, until, _now()))
+    capacity = service.fleet_capacity(load_or_fail(fleet_file))
+    engine = open_audit_db(db)
+    frame = _answer(lambda: service.summary(engine, start, end, capacity))
+    emit_frame(frame, fmt, output, f"summary {start:%Y-%m-%d %H:%M:%S} .. {end:%H:%M:%S} UTC")
+
+
+@app.command("incident")
+def incident_command(
+    incident_id: int = typer.Argument(..., help="Incident id (as stored by the guard)."),
+    before: str = typer.Option("30m", help="How far before the opening to look."),
+    after: str = typer.Option("30m", help="How far after the resolution to look."),
+    plot: Path | None = PlotOption,
+    fleet_file: Path | None = FleetOption,
+    db: str | None = DbOption,
+    fmt: OutputFormat = FormatOption,
+    output: Path | None = OutputOption,
+) -> None:
+    """The timeline around an incident: evidence, mode switches, per-target decision
+    share and TTFT p50/p99 before / during / after."""
+    _check_output(fmt, output)
+    if plot is not None and plot.suffix.lower() != ".png":
+        fail(f"--plot: {plot} must be a .png file")
+    if plot is not None and not plot.parent.is_dir():
+        fail(f"--plot: directory {plot.parent} does not exist")
+    pre = _answer(lambda: parse_duration(before, "--before"))
+    post = _answer(lambda: parse_duration(after, "--after"))
+    capacity = service.fleet_capacity(load_or_fail(fleet_file))
+    engine = open_audit_db(db)
+    timeline = _answer(
+        lambda: service.incident_timeline(
+            engine, incident_id, before=pre, after=post, now=_now(), capacity=capacity
+        )
+    )
+    emit_timeline(timeline, fmt, output)
+    if plot is not None:
+        from slaguard.audit.plot import plot_incident
+
+        start, end = timeline.window
+        series = _answer(lambda: service.ttft_p99_series(engine, start, end))
+        plot_incident(timeline, series, plot)
+        typer.echo(f"plot written to {plot}", err=True)
+
+
+@app.command("prune")
+def prune_command(
+    older_than: str = typer.Option(..., "--older-than", help="Retention, e.g. 30d."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Count, do not delete."),
+    db: str | None = DbOption,
+) -> None:
+    """Delete decisions (and their outcomes) older than the retention period."""
+    keep = _answer(lambda: parse_duration(older_than, "--older-than"))
+    engine = open_audit_db(db)
+    result = _answer(lambda: service.prune(engine, _now() - keep, dry_run=dry_run))
+    verb = "would delete" if dry_run else "deleted"
+    typer.echo(
+        f"{verb} {result.decisions} decisions and {result.outcomes} outcomes older than "
+        f"{result.cutoff.isoformat(timespec='seconds')}"
+    )

@@ -1,0 +1,115 @@
+"""`slaguard db`: create, upgrade and inspect the audit database schema (Alembic).
+
+Also the one place CLI commands open the audit database: URL resolution, reachability
+and the schema check each turn into a single `error:` line and exit 2.
+"""
+
+from __future__ import annotations
+
+import typer
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from slaguard.audit.engine import (
+    DatabaseUrlError,
+    create_audit_engine,
+    resolve_db_url,
+    shown_url,
+    sqlite_path,
+)
+from slaguard.audit.migrate import (
+    SchemaNotCurrentError,
+    current_revision,
+    head_revision,
+    known_revisions,
+    require_current_schema,
+    upgrade,
+)
+from slaguard.cli.errors import fail
+
+app = typer.Typer(help="Audit database schema: create, upgrade, inspect.", no_args_is_help=True)
+
+DB_HELP = (
+    "Database URL (postgresql+psycopg://user@host/db) or SQLite file; "
+    "default $SLAGUARD_DB or ./slaguard.db"
+)
+DbOption = typer.Option(None, "--db", help=DB_HELP, show_default=False)
+
+
+def _first_line(exc: BaseException) -> str:
+    original = getattr(exc, "orig", None) or exc
+    lines = str(original).strip().splitlines()
+    return lines[0] if lines else type(original).__name__
+
+
+def connect(db: str | None, *, create: bool = False) -> Engine:
+    """An engine that has answered once; `create` allows a new SQLite file."""
+    try:
+        url = resolve_db_url(db)
+    except DatabaseUrlError as exc:
+        fail(str(exc))
+    path = sqlite_path(url)
+    if path is not None and not create and not path.is_file():
+        fail(
+            f"--db: SQLite file {path} does not exist; create it with "
+            f"`slaguard db upgrade --db {path}` or pass the right --db"
+        )
+    if path is not None and create and not path.parent.is_dir():
+        fail(f"--db: directory {path.parent} does not exist; create it or pick another path")
+    engine = create_audit_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except SQLAlchemyError as exc:
+        fail(f"cannot reach database {shown_url(url)}: {_first_line(exc)}; check --db")
+    return engine
+
+
+def open_audit_db(db: str | None) -> Engine:
+    """A reachable database at the schema this slaguard expects, or one error line."""
+    engine = connect(db)
+    try:
+        require_current_schema(engine)
+    except SchemaNotCurrentError as exc:
+        fail(str(exc))
+    return engine
+
+
+@app.command("upgrade")
+def upgrade_command(
+    db: str | None = DbOption,
+    revision: str = typer.Option("head", help="Target revision."),
+) -> None:
+    """Create or upgrade the audit schema (SQLite file is created if missing)."""
+    engine = connect(db, create=True)
+    before = current_revision(engine)
+    if before is not None and before not in known_revisions():
+        fail(
+            f"database {shown_url(engine.url)} is at revision {before}, newer than this "
+            "slaguard; upgrade slaguard (`pip install -U slaguard`) instead"
+        )
+    try:
+        upgrade(engine, revision)
+    except SQLAlchemyError as exc:
+        fail(f"upgrade of {shown_url(engine.url)} failed: {_first_line(exc)}")
+    after = current_revision(engine)
+    typer.echo(f"{shown_url(engine.url)}: {before or 'empty'} -> {after}")
+
+
+@app.command("current")
+def current_command(db: str | None = DbOption) -> None:
+    """Show the database's schema revision and whether it matches this slaguard."""
+    engine = connect(db)
+    current = current_revision(engine)
+    head = head_revision()
+    if current == head:
+        state = "up to date"
+    elif current is None:
+        state = "not migrated: run `slaguard db upgrade`"
+    elif current in known_revisions():
+        state = "behind: run `slaguard db upgrade`"
+    else:
+        state = "newer than this slaguard: upgrade slaguard"
+    typer.echo(f"{shown_url(engine.url)}: revision {current or 'none'} (head {head}): {state}")
+    if current != head:
+        raise typer.Exit(1)
