@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from slaguard.cli import demo, fleet
+from slaguard.cli import audit, db, demo, fleet, simulate
 
 app = typer.Typer(
     name="slaguard",
@@ -14,7 +14,10 @@ app = typer.Typer(
 )
 
 app.add_typer(fleet.app, name="fleet")
+app.add_typer(db.app, name="db")
+app.add_typer(audit.app, name="audit")
 app.command("demo")(demo.demo)
+app.command("simulate")(simulate.simulate)
 
 
 def main() -> None:

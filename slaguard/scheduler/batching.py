@@ -59,6 +59,10 @@ class Batcher:
         self.factor = 1.0
         self._factor_set_at: float | None = None
         self._seq = itertools.count()
+        self.queued = 0
+        """Requests waiting in any bucket (kept as a counter: read every 100 ms)."""
+        self.running = 0
+        """Requests admitted to a batch."""
         self.buckets = {
             name: _Bucket(
                 max(1, round(b.max_batch * capacity_scale)), b.preempt, b.preempt_min_rank_gap
@@ -70,14 +74,26 @@ class Batcher:
         """Queue a routed request in its bucket: priority first, then arrival order."""
         b = self.buckets[bucket_of(request.prompt_tokens, self.cfg)]
         heapq.heappush(b.waiting, (request.priority.rank, now_s, next(self._seq), request))
+        self.queued += 1
 
     def finish(self, request_id: str) -> Request | None:
         """A request completed or failed: its slot frees for the next tick."""
         for b in self.buckets.values():
             req = b.running.pop(request_id, None)
             if req is not None:
+                self.running -= 1
                 return req
         return None
+
+    def clear(self) -> list[Request]:
+        """Drop everything (the target failed); returns the running and waiting requests."""
+        lost = self.running_requests()
+        for b in self.buckets.values():
+            lost += [entry[3] for entry in b.waiting]
+            b.waiting.clear()
+            b.running.clear()
+        self.queued = self.running = 0
+        return lost
 
     def set_factor(self, factor: float, now_s: float) -> None:
         """Global correction: < 1 speeds up (smaller batches, better TTFT), > 1 slows down."""
@@ -86,14 +102,6 @@ class Batcher:
 
     def threshold(self, bucket: str) -> int:
         return max(1, round(self.buckets[bucket].max_batch * self.factor))
-
-    @property
-    def queued(self) -> int:
-        return sum(len(b.waiting) for b in self.buckets.values())
-
-    @property
-    def running(self) -> int:
-        return sum(len(b.running) for b in self.buckets.values())
 
     def running_requests(self) -> list[Request]:
         return [r for b in self.buckets.values() for r in b.running.values()]
@@ -107,7 +115,11 @@ class Batcher:
         if self._factor_set_at is not None and now_s - self._factor_set_at > ttl_s:
             self.factor, self._factor_set_at = 1.0, None
         result = TickResult()
+        if not self.queued:
+            return result
         for name, b in self.buckets.items():
+            if not b.waiting:
+                continue
             limit = self.threshold(name)
             while b.waiting and len(b.running) < limit:
                 if not self.cfg.refill_immediately and b.running:
@@ -116,6 +128,8 @@ class Batcher:
                     break
                 req = heapq.heappop(b.waiting)[3]
                 b.running[req.request_id] = req
+                self.queued -= 1
+                self.running += 1
                 result.admitted.append(req)
             if b.preempt and b.waiting and len(b.running) >= limit:
                 self._preempt(b, now_s, admit, release, result)

@@ -73,6 +73,15 @@ class FleetState:
             row[QUEUE] = max(0.0, queue_depth)
         row[REFRESHED_AT] = now_s
 
+    def refresh_all(
+        self, now_s: float, kv_used_gb: np.ndarray, queue_depth: np.ndarray, reporting: np.ndarray
+    ) -> None:
+        """One refresh of every reporting target at once (rows where `reporting` is True)."""
+        rows = self.rows
+        rows[reporting, KV_USED] = np.maximum(kv_used_gb[reporting], 0.0)
+        rows[reporting, QUEUE] = np.maximum(queue_depth[reporting], 0.0)
+        rows[reporting, REFRESHED_AT] = now_s
+
     def add_kv(self, index: int, delta_gb: float) -> None:
         """Reserve (or release, when negative) KV for an admitted request."""
         self.rows[index, KV_USED] = max(0.0, self.rows[index, KV_USED] + delta_gb)

@@ -1,0 +1,141 @@
+"""`slaguard simulate`: replay a real trace through the scheduler on a simulated fleet."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from slaguard.cli.errors import fail
+from slaguard.cli.fleet import FleetOption, load_or_fail
+from slaguard.fleet import Fleet
+from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, RolloutPlan
+from slaguard.sim.engine import SimOptions, Simulation
+from slaguard.sim.faults import FaultError, FaultSchedule, apply_arrival_faults, load_faults
+from slaguard.sim.observers import FixedPolicy, RolloutController, SimObserver
+from slaguard.sim.paths import default_trace_path
+from slaguard.sim.report import build_report, print_summary
+from slaguard.sim.trace import Trace, TraceError
+from slaguard.sim.traces import TraceFormat, load_trace
+from slaguard.sim.workload import Workload, WorkloadError, assign_workload
+
+
+class Policy(StrEnum):
+    ROUND_ROBIN = "round-robin"
+    LEARNED = "learned"
+    ROLLOUT = "rollout"
+    GUARDED = "guarded"
+
+
+def _controller(policy: Policy, plan: RolloutPlan) -> SimObserver:
+    if policy is Policy.ROUND_ROBIN:
+        return FixedPolicy(ROUND_ROBIN)
+    if policy is Policy.LEARNED:
+        return FixedPolicy(LEARNED)
+    if policy is Policy.ROLLOUT:
+        return RolloutController(plan)
+    fail("--policy guarded: the guard is not wired into the simulator yet; use rollout")
+
+
+def _truncate(trace: Trace, duration_s: float | None) -> Trace:
+    if duration_s is None:
+        return trace
+    keep = trace.arrival_s <= trace.arrival_s[0] + duration_s
+    if not keep.any():
+        fail(f"--duration {duration_s}: keeps no request; fix: use a larger value")
+    return trace.take(keep.nonzero()[0])
+
+
+def prepare(
+    fleet: Fleet,
+    trace_file: Path | None,
+    trace_format: TraceFormat | None,
+    faults_file: Path | None,
+    seed: int,
+    duration_s: float | None,
+) -> tuple[Workload, FaultSchedule, str]:
+    """Load trace and faults with one-line errors; returns the workload to replay."""
+    path = trace_file or default_trace_path()
+    try:
+        trace = load_trace(path, trace_format or TraceFormat.AUTO)
+        schedule = load_faults(faults_file, fleet) if faults_file else FaultSchedule()
+        trace = apply_arrival_faults(_truncate(trace, duration_s), schedule, seed)
+        return assign_workload(trace, fleet), schedule, str(path)
+    except (TraceError, FaultError, WorkloadError) as exc:
+        fail(str(exc))
+
+
+def simulate(
+    fleet_file: Path | None = FleetOption,
+    trace: Path | None = typer.Option(None, "--trace", help="Trace file (default: Azure conv)."),
+    trace_format: TraceFormat | None = typer.Option(None, "--trace-format"),
+    faults: Path | None = typer.Option(None, "--faults", help="Fault scenario YAML."),
+    policy: Policy = typer.Option(Policy.LEARNED, "--policy"),
+    rate_scale: float = typer.Option(1.0, "--rate-scale", min=0.01, help="Arrival speed-up."),
+    seed: int = typer.Option(0, "--seed", help="Seed for fault injection randomness."),
+    duration: float | None = typer.Option(None, "--duration", min=1, help="Trace seconds kept."),
+    baseline_s: float = typer.Option(300.0, "--baseline-s", min=0, help="Rollout baseline."),
+    stage_s: float = typer.Option(300.0, "--stage-s", min=1, help="Rollout stage length."),
+    weight_update_s: float = typer.Option(60.0, "--weight-update-s", min=1),
+    report_json: Path | None = typer.Option(None, "--report-json", help="Write the report."),
+) -> None:
+    """Replay a trace through the scheduler on the simulated fleet and report SLA figures."""
+    fleet = load_or_fail(fleet_file)
+    workload, schedule, trace_path = prepare(fleet, trace, trace_format, faults, seed, duration)
+    plan = RolloutPlan(baseline_s=baseline_s, stage_s=stage_s)
+    controller = _controller(policy, plan)
+    sim = Simulation(
+        fleet,
+        workload,
+        controller,
+        schedule,
+        SimOptions(rate_scale=rate_scale, weight_update_s=weight_update_s),
+    )
+    console = Console(stderr=True)
+    horizon = float(sim.arrivals[-1]) if len(workload) else 0.0
+    if console.is_terminal:
+        with Progress(
+            TextColumn("simulating"),
+            BarColumn(),
+            TextColumn("{task.description}"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        ) as bar:
+            task = bar.add_task("", total=horizon)
+            results = sim.run(
+                lambda t: bar.update(task, completed=t, description=f"{t:.0f}/{horizon:.0f} s")
+            )
+    else:
+        results = sim.run()
+    extra: dict[str, Any] = {
+        "rate_scale": rate_scale,
+        "seed": seed,
+        "fleet": fleet.name,
+        "weights": {
+            "version": sim.scheduler.weights.version,
+            "values": sim.scheduler.weights.as_dict(),
+        },
+    }
+    report = build_report(
+        fleet=fleet,
+        workload=workload,
+        results=results,
+        policy=policy.value,
+        trace_path=trace_path,
+        faults=schedule.report_rows(),
+        extra=extra,
+    )
+    print_summary(report, Console())
+    if report_json is not None:
+        try:
+            report_json.write_text(json.dumps(report, indent=2) + "\n")
+        except OSError as exc:
+            fail(f"{report_json}: cannot write report ({exc.strerror}); fix: check the path")
+        print(f"report written to {report_json}", file=sys.stderr)

@@ -1,0 +1,281 @@
+"""The discrete-event fleet simulator: real scheduler code on simulated time.
+
+Each 100 ms tick: arrivals are routed at their arrival time (requests nothing can take wait
+in a retry queue until their deadline passes), the hardware picture is refreshed, every
+target's batcher refills its slots and its GPU advances through the window. Every 500 ms
+the global correction runs and the mode controller (fixed policy, rollout plan, or the
+guard) sets the fleet mode. First tokens feed the learned policy; its weights update on
+the configured period. Deterministic for a given seed: no wall clock is read except to
+measure decision latency, which no decision depends on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from slaguard.fleet.fleet import Fleet
+from slaguard.fleet.request import Request
+from slaguard.scheduler.config import SchedulerConfig
+from slaguard.scheduler.core import Scheduler
+from slaguard.scheduler.explain import Decision, Outcome
+from slaguard.scheduler.kv import KvPool
+from slaguard.scheduler.rollout import Arm, FleetMode
+from slaguard.sim.faults import FaultSchedule
+from slaguard.sim.latency import LatencyModel
+from slaguard.sim.observers import SimObserver
+from slaguard.sim.replica import Event, Replica
+from slaguard.sim.results import Results, Status
+from slaguard.sim.workload import Workload
+
+Progress = Callable[[float], None]
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """Engine knobs; scheduler tuning lives in `SchedulerConfig`."""
+
+    rate_scale: float = 1.0
+    weight_update_s: float = 60.0
+    drain_s: float = 600.0
+    progress_every_s: float = 60.0
+
+
+@dataclass
+class _Pending:
+    request: Request
+    index: int
+    decision: Decision | None = None
+    reused: int = 0
+
+
+@dataclass
+class Simulation:
+    """One run: build it, then `run()`; results are per-request arrays."""
+
+    fleet: Fleet
+    workload: Workload
+    controller: SimObserver
+    faults: FaultSchedule = field(default_factory=FaultSchedule)
+    options: SimOptions = field(default_factory=SimOptions)
+    cfg: SchedulerConfig | None = None
+    latency: LatencyModel | None = None
+    observers: Sequence[SimObserver] = ()
+
+    def __post_init__(self) -> None:
+        base = self.cfg or SchedulerConfig()
+        learning = base.learning.model_copy(
+            update={"update_period_s": self.options.weight_update_s}
+        )
+        self.cfg = base.model_copy(update={"learning": learning})
+        self.scheduler = Scheduler(self.fleet, self.cfg)
+        model = self.latency or LatencyModel.load()
+        self.replicas = [
+            Replica(model.for_target(t), KvPool(t), self.scheduler.batchers[t.index])
+            for t in self.fleet
+        ]
+        n = len(self.workload)
+        self.results = Results.empty(n, self.fleet)
+        self.arrivals = self.workload.trace.arrival_s / self.options.rate_scale
+        self.mode: FleetMode = self.controller.initial_mode()
+        self.mode_timeline: list[tuple[float, FleetMode, str]] = [(0.0, self.mode, "start")]
+        self._pending: dict[str, _Pending] = {}
+        self._retry: list[_Pending] = []
+        self._window_violations = [0, 0]
+        self._next_fault_change = 0.0
+        self._reporting = np.ones(len(self.fleet), dtype=bool)
+
+    def run(self, progress: Progress | None = None) -> Results:
+        """Replay the whole workload; returns the per-request results."""
+        tick = self.scheduler.cfg.batching.tick_s
+        period_ticks = round(self.scheduler.cfg.correction.period_s / tick)
+        n = len(self.workload)
+        end_arrivals = float(self.arrivals[-1]) if n else 0.0
+        next_arrival = 0
+        step = 0
+        now = 0.0
+        last_progress = 0.0
+        wall0 = time.perf_counter()
+        while True:
+            now = step * tick
+            window_end = now + tick
+            self._refresh(now)
+            next_arrival = self._arrivals(next_arrival, window_end)
+            self._retry_pending(now)
+            events: list[Event] = []
+            for i, rep in enumerate(self.replicas):
+                if rep.failed or rep.busy_until >= window_end or not rep.has_work():
+                    continue
+                if rep.batcher.queued:
+                    self._tick_replica(i, rep, now)
+                rep.advance(now, window_end, events)
+            for ev in sorted(events, key=lambda e: e.at_s):
+                self._on_event(ev)
+            step += 1
+            if step % period_ticks == 0:
+                self._period(window_end)
+            if progress is not None and window_end - last_progress >= self.options.progress_every_s:
+                last_progress = window_end
+                progress(window_end)
+            done = next_arrival >= n and not self._retry and not self._pending
+            if done or window_end > end_arrivals + self.options.drain_s:
+                break
+        for p in list(self._pending.values()) + self._retry:
+            self._finish(p, window_end, Status.INCOMPLETE)
+        self.results.sim_s = window_end
+        self.results.wall_s = time.perf_counter() - wall0
+        self.results.busy_s = np.array([r.busy_s for r in self.replicas])
+        self.results.mode_timeline = self.mode_timeline
+        return self.results
+
+    def _refresh(self, now: float) -> None:
+        """The 100 ms hardware refresh; failed targets stop reporting (and go stale)."""
+        if now >= self._next_fault_change:
+            self._apply_faults(now)
+        reps = self.replicas
+        kv = np.fromiter((r.kv_used_gb() for r in reps), np.float64, len(reps))
+        queue = np.fromiter(
+            (r.batcher.queued + r.batcher.running for r in reps), np.float64, len(reps)
+        )
+        self.scheduler.state.refresh_all(now, kv, queue, self._reporting)
+
+    def _apply_faults(self, now: float) -> None:
+        """Fault answers change only at fault boundaries: recompute them there."""
+        later = [t for t in self.faults.change_times() if t > now]
+        self._next_fault_change = later[0] if later else float("inf")
+        for i, rep in enumerate(self.replicas):
+            target = self.fleet.targets[i]
+            failed = self.faults.is_failed(target.id, now)
+            if failed and not rep.failed:
+                for r in rep.drop_all():
+                    p = self._pending.get(r.request_id)
+                    if p is not None:
+                        self._finish(p, now, Status.FAILED)
+            rep.failed = failed
+            self._reporting[i] = not failed
+            rep.factor = self.faults.latency_factor(target, now)
+
+    def _arrivals(self, next_arrival: int, window_end: float) -> int:
+        n = len(self.workload)
+        while next_arrival < n and self.arrivals[next_arrival] < window_end:
+            i = next_arrival
+            r = self.workload.request(i)
+            at = float(self.arrivals[i])
+            p = _Pending(r, i)
+            self.results.arrival_s[i] = at
+            if not self._route(p, at):
+                self._retry.append(p)
+            next_arrival += 1
+        return next_arrival
+
+    def _route(self, p: _Pending, at: float) -> bool:
+        """Route (or re-route) a request; False when nothing can take it yet."""
+        t0 = time.perf_counter()
+        d = self.scheduler.decide(p.request, at, self.mode)
+        self.results.decision_latency_s.append(time.perf_counter() - t0)
+        res = self.results
+        res.arm[p.index] = 0 if d.arm is Arm.ROUND_ROBIN else 1
+        p.decision = d
+        if d.target is None:
+            return False
+        for obs in self._all_observers():
+            obs.on_decision(d, at)
+        i = d.target.index
+        rep = self.replicas[i]
+        res.target[p.index] = i
+        res.outcome[p.index] = d.outcome.value
+        if rep.failed:
+            self._finish(p, at, Status.FAILED)
+            return True
+        r = p.request
+        p.reused = 0 if d.outcome is Outcome.SPILLED else rep.pool.reusable_tokens(r.prefix_blocks)
+        res.transfer_s[p.index] = d.transfer_s
+        rep.queued_kv_tokens += r.prompt_tokens + r.max_new_tokens
+        self.scheduler.state.add_queue(i, 1)
+        self.scheduler.state.add_kv(i, d.explanation.v_peak_gb)
+        self._pending[r.request_id] = p
+        rep.batcher.submit(r, at)
+        return True
+
+    def _retry_pending(self, now: float) -> None:
+        if not self._retry:
+            return
+        waiting, self._retry = self._retry, []
+        for p in waiting:
+            if now - p.request.arrival_s / self.options.rate_scale > p.request.deadline_s:
+                self._finish(p, now, Status.REJECTED)
+                continue
+            if not self._route(p, now):
+                self._retry.append(p)
+
+    def _tick_replica(self, i: int, rep: Replica, now: float) -> None:
+        def admit(r: Request) -> bool:
+            return rep.pool.admit(r.request_id, r.prompt_tokens + r.max_new_tokens, r.prefix_blocks)
+
+        def release(r: Request) -> bool:
+            rep.pool.release(r.request_id)
+            rep.forget(r.request_id)
+            rep.queued_kv_tokens += r.prompt_tokens + r.max_new_tokens
+            return True
+
+        result = rep.batcher.tick(now, admit, release, self.scheduler.cfg.correction.ttl_s)
+        for r in result.admitted:
+            rep.queued_kv_tokens -= r.prompt_tokens + r.max_new_tokens
+            p = self._pending[r.request_id]
+            rep.prefill.append((r, p.index, p.reused))
+
+    def _on_event(self, ev: Event) -> None:
+        res = self.results
+        rid = self.workload.request_id(ev.index)
+        p = self._pending.get(rid)
+        if p is None or p.decision is None:
+            return
+        if ev.first:
+            ttft = ev.at_s - res.arrival_s[ev.index] + res.transfer_s[ev.index]
+            res.ttft_s[ev.index] = ttft
+            res.first_token_s[ev.index] = ev.at_s
+            self.scheduler.feedback(p.decision, ttft, ev.at_s)
+            for obs in self._all_observers():
+                obs.on_first_token(p.decision, ev.at_s, ttft)
+            return
+        self._finish(p, ev.at_s, Status.OK)
+
+    def _finish(self, p: _Pending, at: float, status: Status) -> None:
+        res = self.results
+        r = p.request
+        self._pending.pop(r.request_id, None)
+        d = p.decision
+        if d is not None and d.target is not None and status is Status.OK:
+            rep = self.replicas[d.target.index]
+            rep.batcher.finish(r.request_id)
+            rep.pool.release(r.request_id, r.prefix_blocks)
+        if status is Status.FAILED and d is not None:
+            self.scheduler.feedback(d, None, at)
+        res.finish(p.index, at, status, r.deadline_s, r.max_new_tokens)
+        self._window_violations[0] += 1
+        self._window_violations[1] += int(not res.sla_met[p.index])
+        if d is not None:
+            if d.target is None:  # rejected after retries: observers see its last decision
+                for obs in self._all_observers():
+                    obs.on_decision(d, at)
+            for obs in self._all_observers():
+                obs.on_outcome(d, at, res.outcome_of(p.index))
+
+    def _period(self, now: float) -> None:
+        """Every 500 ms: global correction, then the fleet mode for the next period."""
+        total, bad = self._window_violations
+        self._window_violations = [0, 0]
+        self.scheduler.correct(bad / total if total else float("nan"))
+        self.scheduler.apply_factors(now)
+        mode, reason = self.controller.on_period(now, self)
+        if mode != self.mode:
+            self.mode = mode
+            self.mode_timeline.append((now, mode, reason))
+        for obs in self.observers:
+            obs.on_period(now, self)
+
+    def _all_observers(self) -> list[SimObserver]:
+        return [self.controller, *self.observers]
