@@ -16,8 +16,6 @@ app = typer.Typer(
 app.add_typer(fleet.app, name="fleet")
 app.add_typer(db.app, name="db")
 app.add_typer(audit.app, name="audit")
-app.add_typer(db.app, name="db")
-app.add_typer(audit.app, name="audit")
 app.command("demo")(demo.demo)
 app.command("simulate")(simulate.simulate)
 
