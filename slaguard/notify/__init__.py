@@ -1,0 +1,1 @@
+"""The notify line: incident messages to Slack (or a file / the console), off the decision path."""

@@ -1,0 +1,93 @@
+"""Pick a notifier from the environment; secrets only from env vars or secrets files.
+
+| variable | meaning |
+|---|---|
+| `SLAGUARD_SLACK_BOT_TOKEN` / `..._FILE` | bot token (Web API), with `SLAGUARD_SLACK_CHANNEL` |
+| `SLAGUARD_SLACK_WEBHOOK_URL` / `..._FILE` | incoming webhook URL (a secret too) |
+| `SLAGUARD_SLACK_BASE_URL` | Web API base URL (tests, proxies) |
+| `SLAGUARD_NOTIFY_FILE` | append message JSON lines to this file |
+| `SLAGUARD_DASHBOARD_URL`, `SLAGUARD_RUNBOOK_URL` | links in every message |
+
+First match wins in that order; with nothing set, messages go to the console. A secret
+never appears in an error message, a log line or a repr.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from slaguard.notify.base import Notifier
+from slaguard.notify.console import ConsoleNotifier
+from slaguard.notify.file import FileNotifier
+from slaguard.notify.messaging import MessageLinks
+from slaguard.notify.slack_web import SlackWebNotifier
+from slaguard.notify.slack_webhook import SlackWebhookNotifier
+
+PREFIX = "SLAGUARD_"
+
+
+class NotifyConfigError(ValueError):
+    """A one-line configuration mistake naming the variable (never its secret value)."""
+
+
+def _secret(env: Mapping[str, str], name: str) -> SecretStr | None:
+    """`NAME` from the environment, else the contents of the file named by `NAME_FILE`."""
+    value = env.get(name, "").strip()
+    if value:
+        return SecretStr(value)
+    file_name = env.get(f"{name}_FILE", "").strip()
+    if not file_name:
+        return None
+    try:
+        content = Path(file_name).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise NotifyConfigError(
+            f"{name}_FILE: cannot read {file_name} ({exc.strerror or exc}); "
+            "fix: point it at a readable secrets file"
+        ) from None
+    if not content:
+        raise NotifyConfigError(
+            f"{name}_FILE: {file_name} is empty; fix: put the secret in the file"
+        )
+    return SecretStr(content)
+
+
+def links_from_env(env: Mapping[str, str]) -> MessageLinks:
+    """Dashboard and runbook links, defaults when unset."""
+    default = MessageLinks()
+    return MessageLinks(
+        dashboard_url=env.get(f"{PREFIX}DASHBOARD_URL", default.dashboard_url),
+        runbook_url=env.get(f"{PREFIX}RUNBOOK_URL", default.runbook_url),
+    )
+
+
+def notifier_from_env(env: Mapping[str, str] | None = None) -> Notifier:
+    """The notifier the environment asks for (see the module table)."""
+    env = os.environ if env is None else env
+    links = links_from_env(env)
+    token = _secret(env, f"{PREFIX}SLACK_BOT_TOKEN")
+    if token is not None:
+        channel = env.get(f"{PREFIX}SLACK_CHANNEL", "").strip()
+        if not channel:
+            raise NotifyConfigError(
+                f"{PREFIX}SLACK_CHANNEL: missing; fix: set it to the channel id (e.g. C0123456) "
+                f"when {PREFIX}SLACK_BOT_TOKEN is set"
+            )
+        base_url = env.get(f"{PREFIX}SLACK_BASE_URL", "").strip() or None
+        return SlackWebNotifier(token, channel, links, base_url=base_url)
+    webhook = _secret(env, f"{PREFIX}SLACK_WEBHOOK_URL")
+    if webhook is not None:
+        if not webhook.get_secret_value().startswith(("https://", "http://")):
+            raise NotifyConfigError(
+                f"{PREFIX}SLACK_WEBHOOK_URL: not an http(s) URL; "
+                "fix: paste the webhook URL Slack gave you"
+            )
+        return SlackWebhookNotifier(webhook, links)
+    path = env.get(f"{PREFIX}NOTIFY_FILE", "").strip()
+    if path:
+        return FileNotifier(Path(path), links)
+    return ConsoleNotifier(links)
