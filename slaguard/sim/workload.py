@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -56,6 +57,19 @@ def model_capacity(fleet: Fleet) -> dict[str, float]:
     return capacity
 
 
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    request_ids: list[str]
+    prompt: list[int]
+    output: list[int]
+    arrival: list[float]
+    priority: list[int]
+    model: list[int]
+    prefix_ids: list[str | None]
+    offsets: list[int]
+    blocks: list[int]
+
+
 @dataclass(frozen=True, eq=False)
 class Workload:
     """A trace plus per-request priority and model codes; `requests()` builds objects lazily."""
@@ -69,23 +83,39 @@ class Workload:
     def __len__(self) -> int:
         return len(self.trace)
 
+    @cached_property
+    def _columns(self) -> _Columns:
+        """Plain Python lists of every column: indexing numpy per request is 10x slower."""
+        trace = self.trace
+        return _Columns(
+            request_ids=[f"{trace.name}-{r}" for r in trace.row_id.tolist()],
+            prompt=trace.prompt_tokens.tolist(),
+            output=trace.output_tokens.tolist(),
+            arrival=trace.arrival_s.tolist(),
+            priority=self.priority_code.tolist(),
+            model=self.model_code.tolist(),
+            prefix_ids=[prefix_id_text(k) for k in trace.prefix_key.tolist()],
+            offsets=trace.block_offsets.tolist(),
+            blocks=trace.blocks.tolist(),
+        )
+
     def request_id(self, i: int) -> str:
-        return f"{self.trace.name}-{int(self.trace.row_id[i])}"
+        return self._columns.request_ids[i]
 
     def request(self, i: int) -> Request:
         """The i-th request (in arrival order) as the scheduler sees it."""
-        trace = self.trace
-        code = int(self.priority_code[i])
+        c = self._columns
+        code = c.priority[i]
         return Request(
-            request_id=self.request_id(i),
-            prompt_tokens=int(trace.prompt_tokens[i]),
-            max_new_tokens=int(trace.output_tokens[i]),
-            model_id=self.model_ids[int(self.model_code[i])],
+            request_id=c.request_ids[i],
+            prompt_tokens=c.prompt[i],
+            max_new_tokens=c.output[i],
+            model_id=self.model_ids[c.model[i]],
             priority=PRIORITY_ORDER[code],
             deadline_s=self.deadlines_s[code],
-            arrival_s=float(trace.arrival_s[i]),
-            prefix_id=prefix_id_text(int(trace.prefix_key[i])),
-            prefix_blocks=trace.prefix_blocks(i),
+            arrival_s=c.arrival[i],
+            prefix_id=c.prefix_ids[i],
+            prefix_blocks=tuple(c.blocks[c.offsets[i] : c.offsets[i + 1]]),
         )
 
     def requests(self) -> Iterator[Request]:
