@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from slaguard.cli import audit, db, demo, fleet, simulate
+from slaguard.cli import audit, dashboards, db, demo, fleet, simulate
 
 app = typer.Typer(
     name="slaguard",
@@ -16,6 +16,7 @@ app = typer.Typer(
 app.add_typer(fleet.app, name="fleet")
 app.add_typer(db.app, name="db")
 app.add_typer(audit.app, name="audit")
+app.add_typer(dashboards.app, name="dashboards")
 app.command("demo")(demo.demo)
 app.command("simulate")(simulate.simulate)
 

@@ -1,0 +1,54 @@
+"""`slaguard dashboards`: build the Grafana dashboards, check them, list their PromQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from slaguard.cli.errors import fail
+from slaguard.dashboards import VARIABLES, panel_queries, render_all, write_all
+
+app = typer.Typer(help="Grafana dashboards as code.", no_args_is_help=True)
+
+
+@app.command()
+def build(
+    out: Path = typer.Option(Path("dashboards"), "--out", help="Directory for the JSON files."),
+    check: bool = typer.Option(
+        False, "--check", help="Write nothing; exit 1 if a file in --out differs from a build."
+    ),
+) -> None:
+    """Write every dashboard as `<uid>.json` into --out (the committed copies live in
+    `dashboards/`)."""
+    if out.exists() and not out.is_dir():
+        fail(f"--out: {out} is a file; fix: pass a directory such as dashboards/")
+    if not check:
+        for path in write_all(out):
+            typer.echo(f"wrote {path}")
+        return
+    stale = [
+        name
+        for name, text in render_all().items()
+        if not (out / name).is_file() or (out / name).read_text(encoding="utf-8") != text
+    ]
+    for name in stale:
+        typer.echo(f"stale: {out / name} (run: slaguard dashboards build --out {out})")
+    raise typer.Exit(1 if stale else 0)
+
+
+@app.command()
+def queries(
+    var: list[str] = typer.Option(
+        [], "--var", help="Template variable value, NAME=VALUE (repeatable)."
+    ),
+) -> None:
+    """Print every panel's PromQL as `uid<TAB>panel<TAB>expr`, variables substituted."""
+    values: dict[str, str] = {}
+    for item in var:
+        name, sep, value = item.partition("=")
+        if not sep or name not in VARIABLES:
+            fail(f"--var: {item!r} is not NAME=VALUE with NAME in {sorted(VARIABLES)}")
+        values[name] = value
+    for q in panel_queries(values, annotations=True):
+        typer.echo(f"{q.dashboard_uid}\t{q.panel_title}\t{q.expr}")
