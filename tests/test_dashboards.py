@@ -1,0 +1,180 @@
+"""Dashboards: committed JSON equals a fresh build, Grafana habits, PromQL that parses."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+from typer.testing import CliRunner
+
+from slaguard.cli.main import app
+from slaguard.dashboards import BUILDERS, PanelQuery, panel_queries, render_all
+from slaguard.fleet import load_fleet
+from slaguard.telemetry import SlaguardMetrics, fleet_target_labels
+from slaguard.telemetry.promql import check_promql, referenced_series
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "dashboards"
+WINDOW = re.compile(r"\[([^\]]+)\]")
+SLO_WINDOWS = {"5m", "30m", "1h", "6h", "3d", "30d"}
+"""Fixed windows, allowed only in the error-budget panels (burn rates are per window)."""
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, str]:
+    return render_all()
+
+
+@pytest.fixture(scope="module")
+def boards(rendered: dict[str, str]) -> dict[str, dict[str, Any]]:
+    return {name.removesuffix(".json"): json.loads(text) for name, text in rendered.items()}
+
+
+@pytest.fixture(scope="module")
+def queries() -> list[PanelQuery]:
+    return panel_queries(annotations=True)
+
+
+def panels(board: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in board["panels"] if p["type"] != "row"]
+
+
+def test_committed_json_matches_a_fresh_build(rendered: dict[str, str]) -> None:
+    committed = {p.name: p.read_text(encoding="utf-8") for p in COMMITTED.glob("*.json")}
+    assert sorted(committed) == sorted(rendered)
+    stale = [name for name, text in rendered.items() if committed[name] != text]
+    assert stale == [], "run: slaguard dashboards build --out dashboards/"
+
+
+def test_the_four_dashboards_exist_with_unique_ids_and_titles(
+    boards: dict[str, dict[str, Any]],
+) -> None:
+    assert set(boards) == {"slaguard-fleet", "slaguard-targets", "slaguard-guard", "slaguard-ops"}
+    assert set(BUILDERS) == set(boards)
+    for uid, board in boards.items():
+        assert board["uid"] == uid
+        ids = [p["id"] for p in board["panels"]]
+        assert ids == list(range(1, len(ids) + 1)), uid
+        titles = [p["title"] for p in panels(board)]
+        assert len(titles) == len(set(titles)), uid
+        assert len(titles) >= 8, uid
+
+
+def test_datasource_variable_first_then_chained_query_variables(
+    boards: dict[str, dict[str, Any]],
+) -> None:
+    for uid, board in boards.items():
+        variables = board["templating"]["list"]
+        names = [v["name"] for v in variables]
+        assert names[:4] == ["datasource", "fleet", "job", "instance"], uid
+        assert variables[0]["type"] == "datasource" and variables[0]["query"] == "prometheus"
+        by_name = {v["name"]: v for v in variables}
+        assert '"$fleet"' in by_name["job"]["query"], uid
+        assert '"$fleet"' in by_name["instance"]["query"], uid
+        assert '"$job"' in by_name["instance"]["query"], uid
+        for var in variables[1:]:
+            assert var["type"] == "query" and var["datasource"]["uid"] == "${datasource}"
+            assert var["query"].startswith("label_values(")
+    assert [v["name"] for v in boards["slaguard-targets"]["templating"]["list"][4:]] == [
+        "card_type",
+        "target",
+    ]
+
+
+def test_every_panel_has_a_unit_and_queries_through_the_datasource_variable(
+    boards: dict[str, dict[str, Any]],
+) -> None:
+    for uid, board in boards.items():
+        for panel in panels(board):
+            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            assert panel["fieldConfig"]["defaults"].get("unit"), (uid, panel["title"])
+            assert panel["targets"], (uid, panel["title"])
+
+
+def test_ranges_use_rate_interval_except_the_slo_windows(
+    boards: dict[str, dict[str, Any]],
+) -> None:
+    for uid, board in boards.items():
+        for panel in panels(board):
+            for target in panel["targets"]:
+                windows = set(WINDOW.findall(target["expr"]))
+                if "budget" in panel["title"].lower():
+                    assert windows <= SLO_WINDOWS, (uid, panel["title"], windows)
+                else:
+                    assert windows <= {"$__rate_interval", "$__range"}, (uid, panel["title"])
+
+
+def test_budgets_and_mode_transitions_are_drawn(boards: dict[str, dict[str, Any]]) -> None:
+    latency = next(p for p in panels(boards["slaguard-fleet"]) if "latency" in p["title"])
+    steps = [s["value"] for s in latency["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+    assert steps == [None, 0.003, 0.05]
+    assert latency["fieldConfig"]["defaults"]["unit"] == "s"
+    notes = {a["name"]: a for a in boards["slaguard-guard"]["annotations"]["list"]}
+    assert "slaguard_fleet_mode_transitions_total" in notes["Mode transitions"]["expr"]
+    assert notes["Mode transitions"]["datasource"]["uid"] == "${datasource}"
+
+
+def test_panel_queries_substitute_every_variable(queries: list[PanelQuery]) -> None:
+    assert len(queries) >= 50
+    assert not [q for q in queries if "$" in q.expr]
+    custom = panel_queries({"__rate_interval": "30s", "instance": "sg-0:8080"})
+    assert any("[30s]" in q.expr and 'instance=~"sg-0:8080"' in q.expr for q in custom)
+
+
+def test_panels_read_only_series_slaguard_exposes(queries: list[PanelQuery]) -> None:
+    metrics = SlaguardMetrics(CollectorRegistry(), targets=fleet_target_labels(load_fleet()))
+    exposed = {s.name for fam in metrics.registry.collect() for s in fam.samples}
+    used: set[str] = set()
+    for q in queries:
+        plain, recorded = referenced_series(q.expr)
+        assert plain <= exposed, (q.dashboard_uid, q.panel_title, plain - exposed)
+        assert recorded == set(), "dashboards read raw series, not recording rules"
+        used |= plain
+    # Every family shows up on some dashboard (histograms through their buckets).
+    families = {f.name for f in metrics.registry.collect()}
+    shown = {re.sub(r"_(bucket|total)$", "", name) for name in used}
+    assert sorted(families - shown) == []
+
+
+def test_every_panel_expression_parses_with_promtool(queries: list[PanelQuery]) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("promtool is not installed and CI=true")
+        pytest.skip("promtool is not installed")
+    check_promql({f"{q.dashboard_uid} / {q.panel_title} #{i}": q.expr
+                  for i, q in enumerate(queries)}, promtool)  # fmt: skip
+
+
+def test_cli_builds_and_checks(tmp_path: Path) -> None:
+    runner = CliRunner()
+    built = runner.invoke(app, ["dashboards", "build", "--out", str(tmp_path)])
+    assert built.exit_code == 0, built.output
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == sorted(render_all())
+    fresh = runner.invoke(app, ["dashboards", "build", "--out", str(tmp_path), "--check"])
+    assert fresh.exit_code == 0, fresh.output
+    (tmp_path / "slaguard-ops.json").write_text("{}", encoding="utf-8")
+    stale = runner.invoke(app, ["dashboards", "build", "--out", str(tmp_path), "--check"])
+    assert stale.exit_code == 1
+    assert "stale:" in stale.output and "slaguard-ops.json" in stale.output
+    committed = runner.invoke(app, ["dashboards", "build", "--out", str(COMMITTED), "--check"])
+    assert committed.exit_code == 0, committed.output
+
+
+def test_cli_rejects_bad_input_with_one_line_and_exit_2(tmp_path: Path) -> None:
+    runner = CliRunner()
+    a_file = tmp_path / "not-a-dir"
+    a_file.write_text("x", encoding="utf-8")
+    result = runner.invoke(app, ["dashboards", "build", "--out", str(a_file)])
+    assert result.exit_code == 2
+    assert "error: --out:" in result.output and "Traceback" not in result.output
+    listed = runner.invoke(app, ["dashboards", "queries", "--var", "job=slaguard"])
+    assert listed.exit_code == 0 and listed.output.count("\n") >= 50
+    bad = runner.invoke(app, ["dashboards", "queries", "--var", "jobslaguard"])
+    assert bad.exit_code == 2 and "error: --var:" in bad.output
