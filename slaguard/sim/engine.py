@@ -24,6 +24,7 @@ from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.explain import Decision, Outcome
 from slaguard.scheduler.kv import KvPool
 from slaguard.scheduler.rollout import Arm, FleetMode
+from slaguard.scheduler.state import REFRESHED_AT
 from slaguard.sim.faults import FaultSchedule
 from slaguard.sim.latency import LatencyModel
 from slaguard.sim.observers import SimObserver
@@ -107,11 +108,12 @@ class Simulation:
             self._retry_pending(now)
             events: list[Event] = []
             for i, rep in enumerate(self.replicas):
-                if rep.failed or rep.busy_until >= window_end or not rep.has_work():
+                if rep.failed or rep.busy_until >= window_end:
                     continue
                 if rep.batcher.queued:
                     self._tick_replica(i, rep, now)
-                rep.advance(now, window_end, events)
+                if rep.needs_advance(window_end):
+                    rep.advance(now, window_end, events)
             for ev in sorted(events, key=lambda e: e.at_s):
                 self._on_event(ev)
             step += 1
@@ -135,12 +137,7 @@ class Simulation:
         """The 100 ms hardware refresh; failed targets stop reporting (and go stale)."""
         if now >= self._next_fault_change:
             self._apply_faults(now)
-        reps = self.replicas
-        kv = np.fromiter((r.kv_used_gb() for r in reps), np.float64, len(reps))
-        queue = np.fromiter(
-            (r.batcher.queued + r.batcher.running for r in reps), np.float64, len(reps)
-        )
-        self.scheduler.state.refresh_all(now, kv, queue, self._reporting)
+        self.scheduler.state.rows[self._reporting, REFRESHED_AT] = now
 
     def _apply_faults(self, now: float) -> None:
         """Fault answers change only at fault boundaries: recompute them there."""
@@ -150,6 +147,7 @@ class Simulation:
             target = self.fleet.targets[i]
             failed = self.faults.is_failed(target.id, now)
             if failed and not rep.failed:
+                self.scheduler.state.refresh(i, now, kv_used_gb=0.0, queue_depth=0.0)
                 for r in rep.drop_all():
                     p = self._pending.get(r.request_id)
                     if p is not None:
@@ -193,7 +191,6 @@ class Simulation:
         r = p.request
         p.reused = 0 if d.outcome is Outcome.SPILLED else rep.pool.reusable_tokens(r.prefix_blocks)
         res.transfer_s[p.index] = d.transfer_s
-        rep.queued_kv_tokens += r.prompt_tokens + r.max_new_tokens
         self.scheduler.state.add_queue(i, 1)
         self.scheduler.state.add_kv(i, d.explanation.v_peak_gb)
         self._pending[r.request_id] = p
@@ -218,12 +215,10 @@ class Simulation:
         def release(r: Request) -> bool:
             rep.pool.release(r.request_id)
             rep.forget(r.request_id)
-            rep.queued_kv_tokens += r.prompt_tokens + r.max_new_tokens
             return True
 
         result = rep.batcher.tick(now, admit, release, self.scheduler.cfg.correction.ttl_s)
         for r in result.admitted:
-            rep.queued_kv_tokens -= r.prompt_tokens + r.max_new_tokens
             p = self._pending[r.request_id]
             rep.prefill.append((r, p.index, p.reused))
 
@@ -249,9 +244,12 @@ class Simulation:
         self._pending.pop(r.request_id, None)
         d = p.decision
         if d is not None and d.target is not None and status is Status.OK:
-            rep = self.replicas[d.target.index]
+            i = d.target.index
+            rep = self.replicas[i]
             rep.batcher.finish(r.request_id)
             rep.pool.release(r.request_id, r.prefix_blocks)
+            self.scheduler.state.add_queue(i, -1)
+            self.scheduler.state.add_kv(i, -d.explanation.v_peak_gb)
         if status is Status.FAILED and d is not None:
             self.scheduler.feedback(d, None, at)
         res.finish(p.index, at, status, r.deadline_s, r.max_new_tokens)

@@ -2,12 +2,14 @@
 
 Work advances in 100 ms windows: newly admitted prompts prefill together (one pass), then
 decode steps run for the rest of the window, jumping straight to the next finishing
-request instead of stepping token by token. Latencies come from the fitted latency model
-(`TargetLatency`) multiplied by the active fault factor.
+request instead of stepping token by token. Each decoding request is keyed by the decode
+step at which it finishes (a heap), so a jump costs O(log batch), not O(batch).
+Latencies come from the fitted latency model (`TargetLatency`) times the fault factor.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 
@@ -19,11 +21,12 @@ from slaguard.sim.latency import TargetLatency
 
 @dataclass(slots=True)
 class Running:
-    """A request after its first token: tokens still to generate and its context length."""
+    """A request after its first token: the decode step it joined and the one it ends at."""
 
     index: int
-    remaining: int
-    context: int
+    start_step: int
+    end_step: int
+    start_context: int
 
 
 @dataclass(slots=True)
@@ -49,73 +52,111 @@ class Replica:
     prefill: list[tuple[Request, int, int]] = field(default_factory=list)
     """Admitted, not yet prefilled: (request, trace index, reused prefix tokens)."""
     decoding: dict[str, Running] = field(default_factory=dict)
-    queued_kv_tokens: int = 0
+    ends: list[tuple[int, str]] = field(default_factory=list)
+    """Heap of (end step, request id); entries of forgotten requests are skipped."""
+    step: int = 0
+    """Decode steps run so far on this target."""
     context_tokens: int = 0
     """Sum of the decoding sequences' lengths: the KV each decode step reads."""
+    wake_at: float = math.inf
+    """No completion can happen before this time: the engine may skip windows until then."""
+
+    def needs_advance(self, window_end: float) -> bool:
+        """Whether anything observable can happen on this target before `window_end`."""
+        return bool(self.prefill) or window_end > self.wake_at
 
     def has_work(self) -> bool:
         return bool(self.prefill or self.decoding or self.batcher.queued)
 
-    def kv_used_gb(self) -> float:
-        """What the router sees as v_h's dynamic part: admitted plus committed-queued KV."""
-        tokens = self.pool.active_tokens + self.queued_kv_tokens
-        return tokens * self.pool.bytes_per_token / 1e9
-
     def advance(self, start_s: float, end_s: float, events: list[Event]) -> None:
-        """Run this target's GPU from `start_s` to `end_s`, appending what happened."""
-        clock = max(self.busy_until, start_s)
-        lat = self.latency
+        """Run this target's GPU up to `end_s`, appending what happened.
+
+        A target that was decoding while the engine skipped it first catches up from
+        `busy_until`; newly admitted prompts prefill no earlier than `start_s`.
+        """
+        if self.decoding:
+            clock = self._decode(self.busy_until, start_s if self.prefill else end_s, events)
+        else:
+            clock = self.busy_until
+        clock = max(clock, start_s)
         while clock < end_s:
             if self.prefill:
-                batch = self.prefill
-                self.prefill = []
-                dur = self.factor * lat.prefill_many_s([(r.prompt_tokens, u) for r, _, u in batch])
-                clock += dur
-                self.busy_s += dur
-                for r, index, _ in batch:
-                    events.append(Event(index, clock, True))
-                    if r.max_new_tokens <= 1:
-                        events.append(Event(index, clock, False))
-                    else:
-                        ctx = r.prompt_tokens + 1
-                        self.decoding[r.request_id] = Running(index, r.max_new_tokens - 1, ctx)
-                        self.context_tokens += ctx
-                continue
-            if not self.decoding:
+                clock = self._prefill(clock, events)
+            elif self.decoding:
+                clock = self._decode(clock, end_s, events)
+            else:
                 break
-            runs = self.decoding
-            step = self.factor * lat.decode_step_s(len(runs), self.context_tokens)
-            fit = max(1, math.ceil((end_s - clock) / step))
-            k = min(fit, min(x.remaining for x in runs.values()))
-            clock += k * step
-            self.busy_s += k * step
-            self.context_tokens += k * len(runs)
-            done = []
-            for rid, x in runs.items():
-                x.remaining -= k
-                x.context += k
-                if x.remaining <= 0:
-                    done.append(rid)
-            for rid in done:
-                x = runs.pop(rid)
-                self.context_tokens -= x.context
-                events.append(Event(x.index, clock, False))
         self.busy_until = clock
+        self._set_wake(clock)
+
+    def _prefill(self, clock: float, events: list[Event]) -> float:
+        batch = self.prefill
+        self.prefill = []
+        dur = self.factor * self.latency.prefill_many_s([(r.prompt_tokens, u) for r, _, u in batch])
+        clock += dur
+        self.busy_s += dur
+        for r, index, _ in batch:
+            events.append(Event(index, clock, True))
+            if r.max_new_tokens <= 1:
+                events.append(Event(index, clock, False))
+                continue
+            ctx = r.prompt_tokens + 1
+            end = self.step + r.max_new_tokens - 1
+            self.decoding[r.request_id] = Running(index, self.step, end, ctx)
+            heapq.heappush(self.ends, (end, r.request_id))
+            self.context_tokens += ctx
+        return clock
+
+    def _next_end(self) -> int:
+        runs, ends = self.decoding, self.ends
+        while ends[0][1] not in runs or runs[ends[0][1]].end_step != ends[0][0]:
+            heapq.heappop(ends)
+        return ends[0][0]
+
+    def _decode(self, clock: float, end_s: float, events: list[Event]) -> float:
+        """Decode steps from `clock` until `end_s` (finishing the step in flight)."""
+        runs, ends, lat = self.decoding, self.ends, self.latency
+        while runs and clock < end_s:
+            step_s = self.factor * lat.decode_step_s(len(runs), self.context_tokens)
+            fit = max(1, math.ceil((end_s - clock) / step_s))
+            k = min(fit, self._next_end() - self.step)
+            clock += k * step_s
+            self.busy_s += k * step_s
+            self.step += k
+            self.context_tokens += k * len(runs)
+            while ends and ends[0][0] <= self.step:
+                _, rid = heapq.heappop(ends)
+                x = runs.get(rid)
+                if x is None or x.end_step > self.step:
+                    continue
+                del runs[rid]
+                self.context_tokens -= x.start_context + (self.step - x.start_step)
+                events.append(Event(x.index, clock, False))
+        return clock
+
+    def _set_wake(self, clock: float) -> None:
+        self.wake_at = math.inf
+        if self.decoding:
+            # decode steps only get longer as contexts grow: this is a lower bound
+            step_s = self.factor * self.latency.decode_step_s(
+                len(self.decoding), self.context_tokens
+            )
+            self.wake_at = clock + (self._next_end() - self.step - 1) * step_s
 
     def forget(self, request_id: str) -> None:
         """A preempted request loses its progress; it will prefill again when re-admitted."""
         self.prefill = [e for e in self.prefill if e[0].request_id != request_id]
         x = self.decoding.pop(request_id, None)
         if x is not None:
-            self.context_tokens -= x.context
+            self.context_tokens -= x.start_context + (self.step - x.start_step)
 
     def drop_all(self) -> list[Request]:
         """A failure: everything admitted or queued here is lost; returns those requests."""
         lost = self.batcher.clear()
         self.prefill = []
         self.decoding.clear()
+        self.ends.clear()
         self.context_tokens = 0
         for rid in list(self.pool.active):
             self.pool.release(rid)
-        self.queued_kv_tokens = 0
         return lost
