@@ -50,8 +50,13 @@ def resolve_db_url(value: str | None) -> URL:
             f"--db: backend {url.get_backend_name()!r} is not supported; use sqlite or "
             "postgresql+psycopg"
         )
-    if url.get_backend_name() == "postgresql" and url.get_driver_name() != "psycopg":
+    if url.drivername == "postgresql":
         url = url.set(drivername="postgresql+psycopg")
+    if url.drivername not in {"sqlite", "postgresql+psycopg"}:
+        raise DatabaseUrlError(
+            f"--db: driver {url.drivername!r} is not installed; use postgresql+psycopg://... "
+            "or sqlite:///FILE"
+        )
     return url
 
 

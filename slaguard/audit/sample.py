@@ -126,16 +126,19 @@ def _decision(
     mode: str,
 ) -> DecisionRecord:
     candidates = []
-    for k, target in enumerate(targets[:4]):
+    shown = targets[:4] if chosen is None or chosen in targets[:4] else [chosen, *targets[:3]]
+    for k, target in enumerate(shown):
         components = {c: round(0.1 + 0.8 * ((k * 7 + j * 3) % 10) / 10, 4)
                       for j, c in enumerate(COMPONENTS)}  # fmt: skip
+        if target is chosen:
+            components = {c: 0.95 for c in COMPONENTS}
         score = round(sum(_WEIGHTS[c] * v for c, v in components.items()), 4)
         candidates.append({
             "target": target.id, "card": target.card.id, "components": components,
             "score": score, "v_h_gb": 20.0 + k, "v_peak_gb": 41.5, "limit_gb": 73.6,
         })  # fmt: skip
     rejected = [{"target": x.id, "reason": "memory bound: v_h + v_peak > 0.92 x V_h"}
-                for x in targets[4:6]]  # fmt: skip
+                for x in targets if x not in shown][:2]  # fmt: skip
     explanation = {
         "policy": arm, "weights": _WEIGHTS, "weights_version": WEIGHTS_VERSION,
         "candidates": candidates, "rejected": rejected, "prefiltered_out": 9,

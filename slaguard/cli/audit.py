@@ -44,6 +44,11 @@ PlotOption = typer.Option(
     None, "--plot", help="Also draw TTFT p99 per target, mode switches marked, to this PNG.",
     dir_okay=False,
 )  # fmt: skip
+TABLE_DECISION_COLUMNS = (
+    "request_id", "decided_at", "model_id", "priority", "policy_arm", "fleet_mode",
+    "outcome", "target_id", "ttft_s", "sla_met",
+)  # fmt: skip
+"""The terminal table's columns; csv/json/parquet carry every column."""
 
 
 def _now() -> datetime:
@@ -95,6 +100,8 @@ def decisions_command(
             limit=limit or None,
         )
     )  # fmt: skip
+    if fmt is OutputFormat.TABLE:
+        frame = frame[list(TABLE_DECISION_COLUMNS)]
     emit_frame(frame, fmt, output, f"decisions {start:%Y-%m-%d %H:%M:%S} .. {end:%H:%M:%S} UTC")
 
 

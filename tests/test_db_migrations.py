@@ -1,0 +1,144 @@
+"""Alembic migrations create, upgrade and downgrade both backends; the schema guard and
+`slaguard db` report what to run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Engine, inspect, text
+from sqlalchemy.engine import URL
+from typer.testing import CliRunner
+
+from slaguard.audit.engine import create_audit_engine, resolve_db_url
+from slaguard.audit.migrate import (
+    SchemaNotCurrentError,
+    current_revision,
+    downgrade,
+    head_revision,
+    require_current_schema,
+    upgrade,
+)
+from slaguard.audit.models import Base
+from slaguard.audit.store import current_mode
+from slaguard.cli.main import app
+
+FIRST = "0001_audit_log"
+EXPECTED_INDEXES = {
+    "decisions": {"ix_decisions_decided_at", "ix_decisions_target_id_decided_at"},
+    "outcomes": {"ix_outcomes_finished_at"},
+    "mode_changes": {"ix_mode_changes_at", "ix_mode_changes_incident_id"},
+    "incidents": {"ix_incidents_opened_at"},
+}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
+    if request.param == "sqlite":
+        return create_audit_engine(f"sqlite:///{tmp_path / 'm.db'}")
+    url: URL = request.getfixturevalue("pg_url")
+    engine = create_audit_engine(url)
+    if current_revision(engine) is not None:
+        downgrade(engine, "base")
+    return engine
+
+
+def test_upgrade_from_empty_and_from_first_revision_reaches_head(empty_engine: Engine) -> None:
+    with pytest.raises(SchemaNotCurrentError, match="has no slaguard schema; run `slaguard db"):
+        require_current_schema(empty_engine)
+    upgrade(empty_engine, FIRST)
+    with pytest.raises(SchemaNotCurrentError, match=f"at schema revision {FIRST}.*db upgrade"):
+        require_current_schema(empty_engine)
+    upgrade(empty_engine)
+    require_current_schema(empty_engine)
+    assert current_revision(empty_engine) == head_revision() == "0002_guard_state"
+    tables = set(inspect(empty_engine).get_table_names())
+    assert {"decisions", "outcomes", "mode_changes", "incidents", "weight_versions",
+            "fleet_state", "alembic_version"} <= tables  # fmt: skip
+    for table, names in EXPECTED_INDEXES.items():
+        assert names <= {ix["name"] for ix in inspect(empty_engine).get_indexes(table)}
+    assert current_mode(empty_engine).mode == "round_robin"
+    assert current_mode(empty_engine).version == 0
+
+
+def test_models_and_migrations_describe_the_same_schema(empty_engine: Engine) -> None:
+    upgrade(empty_engine)
+    with empty_engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True})
+        assert compare_metadata(ctx, Base.metadata) == []
+
+
+def test_downgrade_to_base_drops_everything_and_upgrade_restores(empty_engine: Engine) -> None:
+    upgrade(empty_engine)
+    downgrade(empty_engine, "base")
+    assert set(inspect(empty_engine).get_table_names()) <= {"alembic_version"}
+    assert current_revision(empty_engine) is None
+    upgrade(empty_engine)
+    assert current_revision(empty_engine) == head_revision()
+
+
+def test_newer_schema_is_refused_with_the_fix(empty_engine: Engine) -> None:
+    upgrade(empty_engine)
+    with empty_engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0099_from_the_future'"))
+    with pytest.raises(SchemaNotCurrentError, match=r"newer than this slaguard.*pip install -U"):
+        require_current_schema(empty_engine)
+
+
+def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:
+    engine = create_audit_engine(f"sqlite:///{tmp_path / 'w.db'}")
+    upgrade(engine)
+    with engine.connect() as conn:
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+
+
+def test_bare_paths_and_plain_postgres_urls_are_normalised() -> None:
+    assert resolve_db_url("x/audit.db").render_as_string() == "sqlite:///x/audit.db"
+    pg = resolve_db_url("postgresql://u@h:5432/d")
+    assert pg.drivername == "postgresql+psycopg"
+
+
+def test_db_cli_upgrade_then_current(tmp_path: Path) -> None:
+    runner = CliRunner()
+    db = str(tmp_path / "cli.db")
+    result = runner.invoke(app, ["db", "current", "--db", db])
+    assert result.exit_code == 2
+    assert "does not exist" in result.output and "slaguard db upgrade" in result.output
+    result = runner.invoke(app, ["db", "upgrade", "--db", db])
+    assert result.exit_code == 0, result.output
+    assert "empty -> 0002_guard_state" in result.output
+    result = runner.invoke(app, ["db", "current", "--db", db])
+    assert result.exit_code == 0
+    assert "revision 0002_guard_state (head 0002_guard_state): up to date" in result.output
+
+
+def test_db_cli_reports_a_stale_schema_and_unreachable_server(tmp_path: Path) -> None:
+    runner = CliRunner()
+    db = str(tmp_path / "old.db")
+    upgrade(create_audit_engine(f"sqlite:///{db}"), FIRST)
+    result = runner.invoke(app, ["db", "current", "--db", db])
+    assert result.exit_code == 1
+    assert "behind: run `slaguard db upgrade`" in result.output
+    result = runner.invoke(app, ["audit", "summary", "--db", db])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1
+    assert f"at schema revision {FIRST}" in result.output
+    result = runner.invoke(
+        app, ["db", "current", "--db", "postgresql+psycopg://postgres@127.0.0.1:1/nowhere"]
+    )
+    assert result.exit_code == 2
+    assert result.output.startswith("error: cannot reach database postgresql+psycopg://")
+    assert result.output.count("\n") == 1
+
+
+def test_unsupported_drivers_are_refused_in_one_line() -> None:
+    result = CliRunner().invoke(app, ["db", "current", "--db", "mysql://u@h/d"])
+    assert result.exit_code == 2
+    assert result.output == (
+        "error: --db: backend 'mysql' is not supported; use sqlite or postgresql+psycopg\n"
+    )
+    result = CliRunner().invoke(app, ["db", "current", "--db", "postgresql+psycopg2://u@h/d"])
+    assert result.exit_code == 2
+    assert "driver 'postgresql+psycopg2' is not installed" in result.output
