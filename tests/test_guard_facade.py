@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
 from fakes.drive import run_seconds
+from fakes.synthetic import flood_stream
 
 from slaguard.guard.config import BreakerConfig, GuardConfig
 from slaguard.guard.events import (
@@ -17,25 +17,10 @@ from slaguard.guard.events import (
 )
 from slaguard.guard.guard import Guard
 from slaguard.guard.modes import ModeState
-from slaguard.guard.samples import GuardSample
 from slaguard.scheduler.rollout import ROUND_ROBIN, FleetMode, ModeKind, RolloutPlan
 
 R10 = FleetMode(ModeKind.ROLLOUT, 10)
-FLOOD = (300.0, 400.0)
-
-
-def _flood_stream(seconds: float = 900.0, seed: int = 3) -> list[GuardSample]:
-    rng = np.random.default_rng(seed)
-    out, t, n = [], 0.0, 0
-    while (t := t + float(rng.exponential(1 / 5.4))) < seconds:
-        n += 1
-        hot = FLOOD[0] <= t < FLOOD[1] and rng.random() < 0.3
-        out.append(
-            GuardSample(
-                t, f"t{n % 4}", "h100", "m", True, 4.0, 0.3, prefix_id="hot" if hot else f"p{n}"
-            )
-        )
-    return out
+FLOOD = (300.0, 400.0)  # flood_stream default
 
 
 def _guard(auto_return: bool = False) -> Guard:
@@ -47,7 +32,7 @@ def _guard(auto_return: bool = False) -> Guard:
 
 
 def _run(guard: Guard, seconds: int = 900) -> list[tuple[int, list[GuardEvent]]]:
-    return list(run_seconds(guard, _flood_stream(seconds), 1, seconds, guard.evaluate))
+    return list(run_seconds(guard, flood_stream(seconds), 1, seconds, guard.evaluate))
 
 
 def test_trip_switches_the_mode_in_the_same_evaluation_as_the_breaker() -> None:

@@ -1,8 +1,9 @@
 """Dispatcher: `submit` only queues (never blocks routing); `deliver_pending` sends.
 
 Run `deliver_pending(now_s)` from a job of its own (not the decision path). When a send
-fails with a retryable error the round stops: Slack is probably down, and every other
-message would only wait on the same timeouts.
+fails with a retryable error the round stops and nothing is sent until that message's
+retry time: Slack is probably down, and every other message would only wait on the same
+timeouts.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class IncidentDispatcher:
         self.outbox = outbox or Outbox()
         self.sent = 0
         self.failures = 0
+        self.paused_until_s = float("-inf")
 
     def submit(self, event: IncidentEvent, now_s: float) -> bool:
         """Queue one incident event (False for a duplicate). No I/O."""
@@ -32,6 +34,8 @@ class IncidentDispatcher:
     def deliver_pending(self, now_s: float) -> list[DeliveryResult]:
         """Try every due message once, in order; reschedule or drop the failures."""
         results: list[DeliveryResult] = []
+        if now_s < self.paused_until_s:
+            return results
         for item in self.outbox.due(now_s):
             result = self.notifier.send(item.event)
             results.append(result)
@@ -48,5 +52,6 @@ class IncidentDispatcher:
                 "notifier %s will retry %s: %s", self.notifier.name, item.key, result.detail
             )
             self.outbox.failed(item.key, now_s, result.detail, result.retry_after_s)
+            self.paused_until_s = item.next_attempt_s
             break
         return results

@@ -61,3 +61,21 @@ class Workload:
                 ttft,
                 Arm.ROUND_ROBIN,
             )
+
+
+def flood_stream(
+    seconds: float = 900.0,
+    flood: tuple[float, float] = (300.0, 400.0),
+    share: float = 0.3,
+    seed: int = 3,
+) -> list[GuardSample]:
+    """5.4 req/s of unique prompts over 4 targets; during `flood` one prompt is `share` of them."""
+    rng = np.random.default_rng(seed)
+    out: list[GuardSample] = []
+    t, n = 0.0, 0
+    while (t := t + float(rng.exponential(1 / 5.4))) < seconds:
+        n += 1
+        hot = flood[0] <= t < flood[1] and rng.random() < share
+        prefix = "hot" if hot else f"p{n}"
+        out.append(GuardSample(t, f"t{n % 4}", "h100", "m", True, 4.0, 0.3, prefix_id=prefix))
+    return out
