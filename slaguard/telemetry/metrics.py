@@ -7,10 +7,13 @@ leaks through the process-global default registry. Label values go through allow
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from slaguard import __version__
 from slaguard.scheduler.rollout import FleetMode
 from slaguard.telemetry.families import MetricFamilies
 from slaguard.telemetry.labels import (
@@ -28,20 +31,53 @@ from slaguard.telemetry.labels import (
 )
 
 
+class _Completion(NamedTuple):
+    """The labelled children one completed request touches."""
+
+    completed: Counter
+    violations: Counter
+    ttft: Histogram
+    tpot: Histogram
+    prompt_tokens: Counter
+    generated_tokens: Counter
+
+
 class SlaguardMetrics(MetricFamilies):
-    """All slaguard metrics on one registry, with one helper per thing that happens."""
+    """All slaguard metrics on one registry, with one helper per thing that happens.
+
+    Thread-safe for the counters and histograms (prometheus-client locks them);
+    `set_fleet_mode` keeps the last published mode and expects one caller (the mode sync).
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        targets: Iterable[TargetLabels] = (),
+        version: str = __version__,
+    ) -> None:
+        super().__init__(registry, targets=targets, version=version)
+        self._decision_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
+        self._completion_children: dict[tuple[str, str, str], _Completion] = {}
 
     def target_labels(self, target_id: str) -> TargetLabels:
         """The label values for `target_id`, or all-`other` for an unknown target."""
         return self._targets.get(target_id, UNKNOWN_TARGET)
 
-    # Router hot path.
+    # Router hot path: labelled children are cached per allowed label combination (the
+    # cache cannot grow past the allow-lists), which halves the cost of a call.
 
     def observe_decision(self, arm: str, mode: str, outcome: str, latency_s: float) -> None:
         """One routing decision and how long it took."""
-        arm = ARMS.clean(arm)
-        self.decisions.labels(arm, MODES.clean(mode), OUTCOMES.clean(outcome)).inc()
-        self.decision_latency.labels(arm).observe(latency_s)
+        key = (arm, mode, outcome)
+        children = self._decision_children.get(key)
+        if children is None:
+            clean = (ARMS.clean(arm), MODES.clean(mode), OUTCOMES.clean(outcome))
+            children = (self.decisions.labels(*clean), self.decision_latency.labels(clean[0]))
+            if clean == key:
+                self._decision_children[key] = children
+        children[0].inc()
+        children[1].observe(latency_s)
 
     def observe_completion(
         self,
@@ -56,18 +92,35 @@ class SlaguardMetrics(MetricFamilies):
         generated_tokens: int = 0,
     ) -> None:
         """A request's first token (and, once known, its decode speed and token counts)."""
-        t = self.target_labels(target_id)
-        arm, priority = ARMS.clean(arm), PRIORITIES.clean(priority)
-        self.requests_completed.labels(arm, priority).inc()
+        key = (target_id, arm, priority)
+        c = self._completion_children.get(key)
+        if c is None:
+            c = self._completion_children_for(*key)
+        c.completed.inc()
         if violated:
-            self.sla_violations.labels(arm, priority).inc()
-        self.ttft.labels(*t).observe(ttft_s)
+            c.violations.inc()
+        c.ttft.observe(ttft_s)
         if tpot_s is not None:
-            self.tpot.labels(*t).observe(tpot_s)
+            c.tpot.observe(tpot_s)
         if prompt_tokens:
-            self.tokens.labels(*t, "prompt").inc(prompt_tokens)
+            c.prompt_tokens.inc(prompt_tokens)
         if generated_tokens:
-            self.tokens.labels(*t, "generated").inc(generated_tokens)
+            c.generated_tokens.inc(generated_tokens)
+
+    def _completion_children_for(self, target_id: str, arm: str, priority: str) -> _Completion:
+        t = self.target_labels(target_id)
+        clean_arm, clean_priority = ARMS.clean(arm), PRIORITIES.clean(priority)
+        children = _Completion(
+            self.requests_completed.labels(clean_arm, clean_priority),
+            self.sla_violations.labels(clean_arm, clean_priority),
+            self.ttft.labels(*t),
+            self.tpot.labels(*t),
+            self.tokens.labels(*t, "prompt"),
+            self.tokens.labels(*t, "generated"),
+        )
+        if (t.target, clean_arm, clean_priority) == (target_id, arm, priority):
+            self._completion_children[(target_id, arm, priority)] = children
+        return children
 
     # Per-target state (hardware refresh, batching, KV budget, jitter).
 
