@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from slaguard.fleet import load_fleet
-from slaguard.telemetry import SlaguardMetrics, fleet_target_labels, render_snapshot
+from slaguard.telemetry import SlaguardMetrics, render_snapshot
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 ROW = re.compile(r"^\| `(?P<name>slaguard_\w+)` \| (?P<type>\w+) \| (?P<labels>[^|]*) \|")
@@ -27,7 +27,7 @@ def documented() -> dict[str, tuple[str, frozenset[str]]]:
 
 
 def exposed() -> dict[str, tuple[str, frozenset[str]]]:
-    metrics = SlaguardMetrics(CollectorRegistry(), targets=fleet_target_labels(load_fleet()))
+    metrics = SlaguardMetrics.for_fleet(CollectorRegistry(), load_fleet())
     out: dict[str, tuple[str, frozenset[str]]] = {}
     for fam in text_string_to_metric_families(render_snapshot(metrics.registry)):
         name = f"{fam.name}_total" if fam.type == "counter" else fam.name

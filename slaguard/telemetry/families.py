@@ -66,7 +66,6 @@ class MetricFamilies:
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry
         self._targets = {t.target: t for t in targets}
-        self._mode: str | None = None
         r = registry
 
         self.build_info = Gauge(

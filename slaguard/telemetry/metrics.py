@@ -14,6 +14,7 @@ from typing import NamedTuple
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from slaguard import __version__
+from slaguard.fleet import Fleet
 from slaguard.scheduler.rollout import FleetMode
 from slaguard.telemetry.families import MetricFamilies
 from slaguard.telemetry.labels import (
@@ -28,6 +29,7 @@ from slaguard.telemetry.labels import (
     UNKNOWN_TARGET,
     VERDICTS,
     TargetLabels,
+    fleet_target_labels,
 )
 
 
@@ -59,6 +61,12 @@ class SlaguardMetrics(MetricFamilies):
         super().__init__(registry, targets=targets, version=version)
         self._decision_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
         self._completion_children: dict[tuple[str, str, str], _Completion] = {}
+        self._mode: str | None = None
+
+    @classmethod
+    def for_fleet(cls, registry: CollectorRegistry, fleet: Fleet) -> SlaguardMetrics:
+        """Metrics whose target allow-list is `fleet`'s targets."""
+        return cls(registry, targets=fleet_target_labels(fleet))
 
     def target_labels(self, target_id: str) -> TargetLabels:
         """The label values for `target_id`, or all-`other` for an unknown target."""
