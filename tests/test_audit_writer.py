@@ -70,7 +70,9 @@ def test_copy_and_multi_row_inserts_store_identical_rows(
         with AuditWriter(pg_audit_engine, tmp_path / label, settings) as writer:
             enqueue_all(writer, RUN.decisions[:200])
             enqueue_all(writer, RUN.outcomes[:200])
+            enqueue_all(writer, RUN.decisions[:10])  # duplicates are not counted
             assert writer.wait_flushed(30)
+            assert writer.rows_written == 400
         with pg_audit_engine.connect() as conn:
             stored[label] = conn.execute(
                 text(

@@ -219,9 +219,14 @@ def _insert(
     if dialect == "postgresql" and len(rows) >= copy_min_rows:
         return _copy_insert(conn, target.name, columns, rows)
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(target).on_conflict_do_nothing(index_elements=["request_id"])
+    stmt = (
+        insert(target)
+        .on_conflict_do_nothing(index_elements=["request_id"])
+        .execution_options(preserve_rowcount=True)
+    )
     result = conn.execute(stmt, [dict(zip(columns, row, strict=True)) for row in rows])
-    return max(result.rowcount, 0)
+    inserted: int = result.rowcount
+    return inserted
 
 
 def _copy_insert(

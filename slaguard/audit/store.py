@@ -216,7 +216,12 @@ def record_weight_version(engine: Engine, rec: WeightVersionRecord) -> bool:
     values = {"version": rec.version, "at": utc_from_unix(rec.at_s), "weights": dict(rec.weights)}
     with engine.begin() as conn:
         insert_fn = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-        stmt = insert_fn(WeightVersion).values(**values).on_conflict_do_nothing()
+        stmt = (
+            insert_fn(WeightVersion)
+            .values(**values)
+            .on_conflict_do_nothing()
+            .execution_options(preserve_rowcount=True)
+        )
         return conn.execute(stmt).rowcount == 1
 
 

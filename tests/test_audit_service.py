@@ -1,0 +1,146 @@
+"""Postmortem queries give the numbers an independent pandas computation gives, on both
+backends (PostgreSQL aggregates in SQL, SQLite partly in pandas)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.engine import URL
+
+from slaguard.audit import service
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.migrate import upgrade
+from slaguard.audit.sample import SICK_TARGET, load_run, synthetic_run
+from slaguard.fleet.fleet import load_fleet
+
+START_S = 1_796_000_000.0
+RUN = synthetic_run(2000, start_s=START_S, seed=5)
+SINCE = datetime.fromtimestamp(START_S, UTC)
+UNTIL = SINCE + timedelta(hours=1)
+CAPACITY = service.fleet_capacity(load_fleet())
+
+
+def expected_frame() -> pd.DataFrame:
+    decisions = pd.DataFrame([
+        {"request_id": d.request_id, "at": d.decided_at_s, "policy_arm": d.policy_arm,
+         "model_id": d.model_id, "target_id": d.target_id} for d in RUN.decisions
+    ])  # fmt: skip
+    outcomes = pd.DataFrame([
+        {"request_id": o.request_id, "ttft_s": o.ttft_s, "sla_met": o.sla_met}
+        for o in RUN.outcomes
+    ])  # fmt: skip
+    return decisions.merge(outcomes, on="request_id")
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def loaded(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Engine, int]]:
+    tmp: Path = tmp_path_factory.mktemp("svc")
+    if request.param == "sqlite":
+        engine = create_audit_engine(f"sqlite:///{tmp / 'audit.db'}")
+    else:
+        url: URL = request.getfixturevalue("pg_url")
+        engine = create_audit_engine(url)
+    upgrade(engine)
+    incident_id = load_run(engine, RUN, tmp / "spill")
+    yield engine, incident_id
+    engine.dispose()
+
+
+def test_decisions_filters_and_orders(loaded: tuple[Engine, int]) -> None:
+    engine, _ = loaded
+    frame = service.decisions(engine, SINCE, UNTIL, target=SICK_TARGET, policy="learned")
+    want = [d.request_id for d in RUN.decisions
+            if d.target_id == SICK_TARGET and d.policy_arm == "learned"]  # fmt: skip
+    assert list(frame["request_id"]) == want
+    assert len(want) > 10
+    assert frame["decided_at"].is_monotonic_increasing
+    assert str(frame["decided_at"].dt.tz) == "UTC"
+    held = service.decisions(engine, SINCE, UNTIL, mode="held_round_robin", limit=5)
+    assert len(held) == 5
+    assert set(held["policy_arm"]) == {"round_robin"}
+    with pytest.raises(ValueError, match="empty time range"):
+        service.decisions(engine, UNTIL, SINCE)
+
+
+def test_summary_matches_an_independent_computation(loaded: tuple[Engine, int]) -> None:
+    engine, _ = loaded
+    got = service.summary(engine, SINCE, UNTIL, CAPACITY)
+    exp = expected_frame()
+    assert got["decisions"].sum() == len(RUN.decisions)
+    for (arm, target), group in exp.dropna(subset=["target_id"]).groupby(
+        ["policy_arm", "target_id"]
+    ):
+        row = got[(got.policy_arm == arm) & (got.target_id == target)].iloc[0]
+        ttft = group["ttft_s"].to_numpy()
+        assert row["decisions"] == len(group)
+        assert row["ttft_p50_s"] == pytest.approx(np.quantile(ttft, 0.5), rel=1e-9)
+        assert row["ttft_p99_s"] == pytest.approx(np.quantile(ttft, 0.99), rel=1e-9)
+        assert row["sla_violation_rate"] == pytest.approx(1 - group["sla_met"].mean())
+    shares = got.groupby(["policy_arm", "model_id"])["decision_share"].sum()
+    assert np.allclose(shares.to_numpy(), 1.0)
+    h100 = got[got.target_id == "h100-70b-0"].iloc[0]
+    assert h100["capacity_share"] == pytest.approx(
+        CAPACITY["h100-70b-0"].tflops
+        / sum(c.tflops for c in CAPACITY.values() if c.model_id == "llama3.1-70b")
+    )
+    no_target = got[got.target_id.isna()]
+    assert no_target["decisions"].sum() == sum(d.target_id is None for d in RUN.decisions)
+
+
+def test_incident_timeline_shows_the_sick_target(loaded: tuple[Engine, int]) -> None:
+    engine, incident_id = loaded
+    tl = service.incident_timeline(engine, incident_id, now=UNTIL, capacity=CAPACITY)
+    assert tl.incident.record.detector == "ttft_zscore"
+    assert list(tl.mode_changes["to_mode"]) == ["rollout(50)", "held_round_robin", "rollout(50)"]
+    sick = tl.per_target[tl.per_target.target_id == SICK_TARGET].set_index("phase")
+    assert list(sick.index) == ["before", "during", "after"]
+    assert sick.loc["during", "ttft_p99_s"] > 4 * sick.loc["before", "ttft_p99_s"]
+    assert sick.loc["during", "sla_violation_rate"] > 0.5
+    opened = RUN.incident.opened_at_s
+    resolved = RUN.incident.resolved_at_s
+    assert resolved is not None
+    during = sum(opened <= d.decided_at_s < resolved for d in RUN.decisions)
+    assert tl.per_target.loc[tl.per_target.phase == "during", "decisions"].sum() == during
+
+
+def test_ttft_series_buckets_per_minute(loaded: tuple[Engine, int]) -> None:
+    engine, _ = loaded
+    series = service.ttft_p99_series(engine, SINCE, UNTIL)
+    # 00:53:20 .. 01:53:20 touches 61 calendar minutes.
+    assert len(series) == 61
+    assert set(np.diff(series.index.to_numpy()).astype("timedelta64[s]").astype(int)) == {60}
+    assert SICK_TARGET in series.columns
+    assert series[SICK_TARGET].max() > 3 * series[SICK_TARGET].median()
+
+
+def test_explain_unknown_request(loaded: tuple[Engine, int]) -> None:
+    engine, _ = loaded
+    with pytest.raises(service.UnknownRequestError, match="no decision with request id 'nope'"):
+        service.explain(engine, "nope")
+    expl = service.explain(engine, RUN.decisions[0].request_id)
+    assert expl.candidates.iloc[0]["target"] == RUN.decisions[0].target_id
+    assert {"compute", "interconnect", "memory", "load", "jitter", "score"} <= set(
+        expl.candidates.columns
+    )
+
+
+def test_prune_deletes_by_age_and_dry_run_only_counts(audit_engine: Engine, tmp_path: Path) -> None:
+    small = synthetic_run(300, start_s=START_S, seed=9)
+    load_run(audit_engine, small, tmp_path / "spill")
+    cutoff = SINCE + timedelta(minutes=20)
+    old = sum(d.decided_at_s < START_S + 1200 for d in small.decisions)
+    dry = service.prune(audit_engine, cutoff, dry_run=True)
+    assert (dry.decisions, dry.outcomes, dry.dry_run) == (old, old, True)
+    done = service.prune(audit_engine, cutoff)
+    assert (done.decisions, done.outcomes) == (old, old)
+    left = service.decisions(audit_engine, SINCE, UNTIL)
+    assert len(left) == 300 - old
+    assert left["decided_at"].min() >= cutoff
