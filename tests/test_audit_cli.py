@@ -1,0 +1,170 @@
+"""`slaguard audit` on a generated run: every subcommand, every format, and bad input
+answered with one `error:` line and exit 2."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import matplotlib.image
+import pandas as pd
+import pytest
+from sqlalchemy import Engine
+from typer.testing import CliRunner
+
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.migrate import upgrade
+from slaguard.audit.sample import SICK_TARGET, load_run, synthetic_run
+from slaguard.cli.main import app
+
+START_S = 1_796_000_000.0
+RUN = synthetic_run(1500, start_s=START_S, seed=21)
+WINDOW = ["--since", "2026-11-30T00:53:20Z", "--until", "2026-11-30T01:53:20Z"]
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    tmp = tmp_path_factory.mktemp("cli")
+    engine = create_audit_engine(f"sqlite:///{tmp / 'audit.db'}")
+    upgrade(engine)
+    load_run(engine, RUN, tmp / "spill")
+    engine.dispose()
+    return str(tmp / "audit.db")
+
+
+def ok(*args: str) -> str:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def one_line_error(*args: str) -> str:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    return result.stderr
+
+
+def test_decisions_in_every_format(db: str, tmp_path: Path) -> None:
+    table = ok("audit", "decisions", "--db", db, *WINDOW, "--target", SICK_TARGET)
+    want = [d.request_id for d in RUN.decisions if d.target_id == SICK_TARGET]
+    assert want[0] in table and f"({len(want)} rows)" in table
+    csv = pd.read_csv(io.StringIO(ok("audit", "decisions", "--db", db, *WINDOW, "-f", "csv",
+                                     "--target", SICK_TARGET)))  # fmt: skip
+    assert list(csv["request_id"]) == want
+    assert {"explanation"}.isdisjoint(csv.columns) and "ttft_s" in csv.columns
+    rows = json.loads(ok("audit", "decisions", "--db", db, *WINDOW, "-f", "json", "--limit", "7"))
+    assert len(rows) == 7 and rows[0]["decided_at"].startswith("2026-11-30T00:5")
+    out = tmp_path / "d.parquet"
+    ok("audit", "decisions", "--db", db, *WINDOW, "-f", "parquet", "-o", str(out), "--limit", "0")
+    assert len(pd.read_parquet(out)) == len(RUN.decisions)
+    filters = ["--policy", "learned", "--mode", "rollout(50)", "--limit", "0"]
+    learned = json.loads(ok("audit", "decisions", "--db", db, *WINDOW, "-f", "json", *filters))
+    assert {r["policy_arm"] for r in learned} == {"learned"}
+    assert len(learned) == sum(
+        d.policy_arm == "learned" and d.fleet_mode == "rollout(50)" for d in RUN.decisions
+    )
+
+
+def test_explain_shows_candidates_rejections_and_weights(db: str) -> None:
+    rec = next(d for d in RUN.decisions if d.target_id is not None)
+    table = ok("audit", "explain", rec.request_id, "--db", db)
+    for needle in ("eligible candidates", "rejected targets", "memory bound", rec.fleet_mode,
+                   rec.weights_version, "interconnect", "outcome"):  # fmt: skip
+        assert needle in table, needle
+    payload = json.loads(ok("audit", "explain", rec.request_id, "--db", db, "-f", "json"))
+    assert payload["decision"]["target_id"] == rec.target_id
+    assert payload["candidates"][0]["target"] == rec.target_id
+    assert payload["weights"]["compute"] == 0.3
+    csv = pd.read_csv(io.StringIO(ok("audit", "explain", rec.request_id, "--db", db, "-f", "csv")))
+    assert csv.iloc[0]["target"] == rec.target_id
+
+
+def test_summary_table_and_csv(db: str) -> None:
+    assert "capacity_share" in ok("audit", "summary", "--db", db, *WINDOW)
+    frame = pd.read_csv(io.StringIO(ok("audit", "summary", "--db", db, *WINDOW, "-f", "csv")))
+    assert frame["decisions"].sum() == len(RUN.decisions)
+    assert set(frame["policy_arm"]) == {"learned", "round_robin"}
+
+
+def test_incident_timeline_and_plot(db: str, tmp_path: Path) -> None:
+    png = tmp_path / "incident.png"
+    result = runner.invoke(app, ["audit", "incident", "1", "--db", db, "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    for needle in ("ttft_zscore", "held_round_robin", "before", "during", "after", SICK_TARGET):
+        assert needle in result.stdout, needle
+    assert f"plot written to {png}" in result.stderr
+    image = matplotlib.image.imread(png)
+    assert image.shape[:2] == (600, 1200)
+    payload = json.loads(ok("audit", "incident", "1", "--db", db, "-f", "json", "--before", "10m"))
+    assert [m["to_mode"] for m in payload["mode_changes"]] == ["held_round_robin", "rollout(50)"]
+    assert payload["incident"]["evidence"]["target"] == SICK_TARGET
+    sick = [r for r in payload["per_target"] if r["target_id"] == SICK_TARGET]
+    by_phase = {r["phase"]: r["ttft_p99_s"] for r in sick}
+    assert by_phase["during"] > 4 * by_phase["before"]
+
+
+@pytest.fixture
+def old_db(tmp_path: Path) -> tuple[str, int]:
+    now = time.time()
+    run = synthetic_run(300, start_s=now - 31 * 86400, duration_s=2 * 86400, seed=4)
+    engine: Engine = create_audit_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    upgrade(engine)
+    load_run(engine, run, tmp_path / "spill")
+    engine.dispose()
+    older = sum(d.decided_at_s < now - 30 * 86400 for d in run.decisions)
+    return str(tmp_path / "old.db"), older
+
+
+def test_prune_with_relative_retention(old_db: tuple[str, int]) -> None:
+    db, older = old_db
+    assert 50 < older < 250
+    dry = ok("audit", "prune", "--older-than", "30d", "--dry-run", "--db", db)
+    assert dry.startswith(f"would delete {older} decisions and {older} outcomes older than")
+    assert ok("audit", "prune", "--older-than", "30d", "--db", db).startswith(f"deleted {older}")
+    left = json.loads(ok("audit", "decisions", "--db", db, "--since", "-40d", "--until", "now",
+                         "-f", "json", "--limit", "0"))  # fmt: skip
+    assert len(left) == 300 - older
+
+
+def test_bad_input_gets_one_line_and_exit_2(db: str, tmp_path: Path) -> None:
+    assert "no decision with request id 'nope'" in one_line_error(
+        "audit", "explain", "nope", "--db", db
+    )
+    assert "no incident with id 42" in one_line_error("audit", "incident", "42", "--db", db)
+    assert "--since: cannot read 'yesterday'" in one_line_error(
+        "audit", "decisions", "--db", db, "--since", "yesterday"
+    )
+    assert "is not before --until" in one_line_error(
+        "audit", "summary", "--db", db, "--since", "-1h", "--until", "-2h"
+    )
+    assert "--older-than: cannot read '30 days ago'" in one_line_error(
+        "audit", "prune", "--older-than", "30 days ago", "--db", db
+    )
+    assert "--policy: unknown arm 'random'" in one_line_error(
+        "audit", "decisions", "--db", db, "--policy", "random"
+    )
+    assert "add --output FILE.parquet" in one_line_error(
+        "audit", "summary", "--db", db, "-f", "parquet"
+    )
+    assert "must be a .png file" in one_line_error(
+        "audit", "incident", "1", "--db", db, "--plot", str(tmp_path / "x.svg")
+    )
+    assert "cannot reach database postgresql+psycopg://postgres@127.0.0.1:1/x" in one_line_error(
+        "audit", "summary", "--db", "postgresql+psycopg://postgres@127.0.0.1:1/x"
+    )
+    assert "does not exist" in one_line_error(
+        "audit", "decisions", "--db", str(tmp_path / "missing.db")
+    )
+
+
+def test_the_same_commands_work_on_postgres(pg_audit_engine: Engine, tmp_path: Path) -> None:
+    load_run(pg_audit_engine, RUN, tmp_path / "spill")
+    url = pg_audit_engine.url.render_as_string(hide_password=False)
+    frame = pd.read_csv(io.StringIO(ok("audit", "summary", "--db", url, *WINDOW, "-f", "csv")))
+    assert frame["decisions"].sum() == len(RUN.decisions)
+    assert "held_round_robin" in ok("audit", "incident", "1", "--db", url)
