@@ -77,6 +77,7 @@ def test_rule_files_exist_and_cover_the_issue() -> None:
         "SlaguardAuditBacklog",
         "SlaguardAuditSpillGrowing",
         "SlaguardAuditWriteErrors",
+        "SlaguardAuditRecordsRefused",
         "SlaguardSchedulerJobOverrunning",
         "SlaguardSchedulerJobFailing",
         "SlaguardSlackDeliveryFailing",

@@ -17,7 +17,14 @@ from slaguard.telemetry.families import (
     TPOT_BUCKETS_S,
     TTFT_BUCKETS_S,
 )
-from slaguard.telemetry.labels import ARMS, MODES, PRIORITIES, TargetLabels
+from slaguard.telemetry.labels import (
+    ARMS,
+    MODES,
+    PRIORITIES,
+    SLACK_FAILURE_REASONS,
+    TargetLabels,
+    slack_failure_reason,
+)
 from slaguard.telemetry.metrics import write_snapshot
 
 
@@ -59,7 +66,7 @@ def test_each_instance_owns_its_registry_and_leaves_the_default_alone(
 
 def test_names_follow_prometheus_conventions(metrics: SlaguardMetrics) -> None:
     families = list(text_string_to_metric_families(render_snapshot(metrics.registry)))
-    assert len(families) == 37
+    assert len(families) == 38
     for fam in families:
         assert fam.name.startswith("slaguard_"), fam.name
         assert "_ms" not in fam.name and not fam.name.endswith("_created"), fam.name
@@ -220,7 +227,8 @@ def test_guard_target_audit_scheduler_and_slack_helpers(metrics: SlaguardMetrics
     metrics.set_arm_violation_ratio("learned", 0.021)
     metrics.set_audit_backlog(queue_depth=1200, spill_bytes=65536)
     metrics.count_audit_rows(500)
-    metrics.count_audit_write_error()
+    metrics.count_audit_write_error("database is locked")
+    metrics.count_audit_refused(3)
     metrics.observe_job("batching_tick", 0.2, failed=True)
     metrics.count_job_overrun("batching_tick")
     metrics.count_slack_delivery()
@@ -244,6 +252,7 @@ def test_guard_target_audit_scheduler_and_slack_helpers(metrics: SlaguardMetrics
     assert value(metrics, "slaguard_audit_spill_bytes") == 65536
     assert value(metrics, "slaguard_audit_rows_written_total") == 500
     assert value(metrics, "slaguard_audit_write_errors_total") == 1
+    assert value(metrics, "slaguard_audit_records_refused_total") == 3
     job = {"scheduler_job": "batching_tick"}
     assert value(metrics, "slaguard_scheduler_job_runs_total", **job) == 1
     assert value(metrics, "slaguard_scheduler_job_failures_total", **job) == 1
@@ -261,3 +270,10 @@ def test_snapshot_file_parses_back(metrics: SlaguardMetrics, tmp_path: Path) -> 
     decisions = families["slaguard_decisions"]
     routed = [s for s in decisions.samples if s.labels["outcome"] == "routed" and s.value == 1]
     assert [s.labels["arm"] for s in routed] == ["round_robin"]
+
+
+def test_slack_failure_reason_maps_http_statuses_onto_the_allow_list() -> None:
+    reasons = [slack_failure_reason(s) for s in (None, 429, 500, 503, 400, 403, 404)]
+    assert reasons == ["connection", "ratelimited", "server_error", "server_error",
+                       "rejected", "rejected", "rejected"]  # fmt: skip
+    assert set(reasons) == set(SLACK_FAILURE_REASONS.values)

@@ -49,7 +49,7 @@ def build() -> db.Dashboard:
         .with_panel(
             ts(
                 "Audit queue depth",
-                "Rows waiting in memory. Dashed line: 10,000, the backlog alert.",
+                "Records not yet confirmed in the database. Dashed line: the 10,000 alert.",
                 units.Short,
                 [(_max("slaguard_audit_queue_depth"), "{{instance}}")],
                 thresholds=[(10000, "red")],
@@ -58,7 +58,7 @@ def build() -> db.Dashboard:
         .with_panel(
             ts(
                 "Audit spill",
-                "Bytes spilled to the local journal and not yet stored in the database.",
+                "Bytes in the spill journal not yet confirmed in the database.",
                 units.BytesIEC,
                 [(_max("slaguard_audit_spill_bytes"), "{{instance}}")],
             )
@@ -76,10 +76,17 @@ def build() -> db.Dashboard:
         )
         .with_panel(
             ts(
-                "Audit write errors/s",
-                "Failed batch writes per second.",
+                "Audit write errors and refusals/s",
+                "Failed batch write attempts (retried), and records refused because the "
+                "spill journal was full (lost: never audited).",
                 units.OpsPerSecond,
-                [(rate("slaguard_audit_write_errors_total", "instance"), "{{instance}}")],
+                [
+                    (rate("slaguard_audit_write_errors_total", "instance"), "errors {{instance}}"),
+                    (
+                        rate("slaguard_audit_records_refused_total", "instance"),
+                        "refused {{instance}}",
+                    ),
+                ],
             )
         )
         .with_row(db.Row("Scheduler jobs"))

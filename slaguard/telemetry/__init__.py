@@ -1,6 +1,12 @@
 """Monitoring line: Prometheus metrics on an explicit registry, and their exposition."""
 
-from slaguard.telemetry.labels import OTHER, AllowList, TargetLabels, fleet_target_labels
+from slaguard.telemetry.labels import (
+    OTHER,
+    AllowList,
+    TargetLabels,
+    fleet_target_labels,
+    slack_failure_reason,
+)
 from slaguard.telemetry.metrics import SlaguardMetrics, render_snapshot, write_snapshot
 
 __all__ = [
@@ -10,5 +16,6 @@ __all__ = [
     "TargetLabels",
     "fleet_target_labels",
     "render_snapshot",
+    "slack_failure_reason",
     "write_snapshot",
 ]

@@ -230,7 +230,7 @@ class MetricFamilies:
         )
         self.audit_queue_depth = Gauge(
             "slaguard_audit_queue_depth",
-            "Audit rows waiting for the writer.",
+            "Audit records acknowledged but not yet confirmed in the database.",
             registry=r,
         )
         self.audit_spill_bytes = Gauge(
@@ -245,7 +245,12 @@ class MetricFamilies:
         )
         self.audit_write_errors = Counter(
             "slaguard_audit_write_errors_total",
-            "Failed audit database writes.",
+            "Failed audit batch write attempts (each is retried).",
+            registry=r,
+        )
+        self.audit_refused = Counter(
+            "slaguard_audit_records_refused_total",
+            "Audit records refused because the spill journal was full: decisions not audited.",
             registry=r,
         )
         self.job_runs = Counter(

@@ -66,6 +66,15 @@ SLACK_FAILURE_REASONS = allow_list(
 )
 
 
+def slack_failure_reason(status_code: int | None) -> str:
+    """The `reason` label for a Slack delivery given up on, from its HTTP status."""
+    if status_code is None:
+        return "connection"
+    if status_code == 429:
+        return "ratelimited"
+    return "server_error" if status_code >= 500 else "rejected"
+
+
 class TargetLabels(NamedTuple):
     """The label values of one routing target (card type and model follow from the id)."""
 

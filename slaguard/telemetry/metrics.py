@@ -209,7 +209,7 @@ class SlaguardMetrics(MetricFamilies):
     # Audit writer, scheduler, Slack.
 
     def set_audit_backlog(self, *, queue_depth: int, spill_bytes: int) -> None:
-        """Rows waiting in memory and bytes waiting on disk."""
+        """Records not yet confirmed in the database, and the spill journal's bytes."""
         self.audit_queue_depth.set(queue_depth)
         self.audit_spill_bytes.set(spill_bytes)
 
@@ -217,9 +217,16 @@ class SlaguardMetrics(MetricFamilies):
         """Rows committed by one audit batch."""
         self.audit_rows_written.inc(rows)
 
-    def count_audit_write_error(self) -> None:
-        """One failed audit batch write."""
+    def count_audit_write_error(self, detail: str = "") -> None:
+        """One failed audit batch write; fits the writer's `on_write_error` callback.
+
+        `detail` (the error text) is not a label: it belongs in the log, not in a series.
+        """
         self.audit_write_errors.inc()
+
+    def count_audit_refused(self, records: int = 1) -> None:
+        """Records the writer refused (spill journal full): decisions that go unaudited."""
+        self.audit_refused.inc(records)
 
     def observe_job(self, job: str, duration_s: float, *, failed: bool = False) -> None:
         """One scheduler job run (APScheduler does not count these itself)."""
