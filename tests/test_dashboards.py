@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import Dashboard
 from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
@@ -50,6 +52,12 @@ def test_committed_json_matches_a_fresh_build(rendered: dict[str, str]) -> None:
     assert sorted(committed) == sorted(rendered)
     stale = [name for name, text in rendered.items() if committed[name] != text]
     assert stale == [], "run: slaguard dashboards build --out dashboards/"
+
+
+def test_json_round_trips_through_the_sdk_schema_model(rendered: dict[str, str]) -> None:
+    for name, text in rendered.items():
+        model = Dashboard.from_json(json.loads(text))
+        assert JSONEncoder(sort_keys=True, indent=2).encode(model) + "\n" == text, name
 
 
 def test_the_four_dashboards_exist_with_unique_ids_and_titles(
