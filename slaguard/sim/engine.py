@@ -40,9 +40,22 @@ class SimOptions:
     """Engine knobs; scheduler tuning lives in `SchedulerConfig`."""
 
     rate_scale: float = 1.0
+    """Trace seconds per simulated second: arrivals and fault windows come this much sooner."""
     weight_update_s: float = 60.0
     drain_s: float = 600.0
     progress_every_s: float = 60.0
+
+
+def _on_sim_clock(schedule: FaultSchedule, rate_scale: float) -> FaultSchedule:
+    """Fault windows are trace seconds, like the arrival-side faults already applied to the
+    trace: at rate scale x they happen x times sooner on the simulated clock."""
+    if rate_scale == 1.0:
+        return schedule
+    scaled = tuple(
+        f.model_copy(update={"start_s": f.start_s / rate_scale, "end_s": f.end_s / rate_scale})
+        for f in schedule.faults
+    )
+    return FaultSchedule(scaled, schedule.source)
 
 
 @dataclass
@@ -88,6 +101,7 @@ class Simulation:
         self._window_violations = [0, 0]
         self._next_fault_change = 0.0
         self._reporting = np.ones(len(self.fleet), dtype=bool)
+        self._sim_faults = _on_sim_clock(self.faults, self.options.rate_scale)
 
     def run(self, progress: Progress | None = None) -> Results:
         """Replay the whole workload; returns the per-request results."""
@@ -101,8 +115,9 @@ class Simulation:
         last_progress = 0.0
         wall0 = time.perf_counter()
         while True:
-            now = step * tick
-            window_end = now + tick
+            # rounded so that period and stage boundaries land on their exact seconds
+            now = round(step * tick, 9)
+            window_end = round((step + 1) * tick, 9)
             self._refresh(now)
             next_arrival = self._arrivals(next_arrival, window_end)
             self._retry_pending(now)
@@ -141,11 +156,11 @@ class Simulation:
 
     def _apply_faults(self, now: float) -> None:
         """Fault answers change only at fault boundaries: recompute them there."""
-        later = [t for t in self.faults.change_times() if t > now]
+        later = [t for t in self._sim_faults.change_times() if t > now]
         self._next_fault_change = later[0] if later else float("inf")
         for i, rep in enumerate(self.replicas):
             target = self.fleet.targets[i]
-            failed = self.faults.is_failed(target.id, now)
+            failed = self._sim_faults.is_failed(target.id, now)
             if failed and not rep.failed:
                 self.scheduler.state.refresh(i, now, kv_used_gb=0.0, queue_depth=0.0)
                 for r in rep.drop_all():
@@ -154,7 +169,7 @@ class Simulation:
                         self._finish(p, now, Status.FAILED)
             rep.failed = failed
             self._reporting[i] = not failed
-            rep.factor = self.faults.latency_factor(target, now)
+            rep.factor = self._sim_faults.latency_factor(target, now)
 
     def _arrivals(self, next_arrival: int, window_end: float) -> int:
         n = len(self.workload)
@@ -220,7 +235,7 @@ class Simulation:
         result = rep.batcher.tick(now, admit, release, self.scheduler.cfg.correction.ttl_s)
         for r in result.admitted:
             p = self._pending[r.request_id]
-            rep.prefill.append((r, p.index, p.reused))
+            rep.prefill.append((r, p.index, p.reused, float(self.results.arrival_s[p.index])))
 
     def _on_event(self, ev: Event) -> None:
         res = self.results

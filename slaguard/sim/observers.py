@@ -62,7 +62,7 @@ class RolloutController(SimObserver):
 
     def on_period(self, now_s: float, sim: Simulation) -> tuple[FleetMode, str]:
         mode = self.plan.mode_at(now_s)
-        return mode, f"rollout plan stage at {now_s:.0f}s"
+        return mode, f"rollout plan: {mode.label} at {now_s:g} s"
 
 
 __all__ = ["LEARNED", "ROUND_ROBIN", "FixedPolicy", "RolloutController", "SimObserver"]

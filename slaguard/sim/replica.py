@@ -49,8 +49,8 @@ class Replica:
     busy_s: float = 0.0
     factor: float = 1.0
     failed: bool = False
-    prefill: list[tuple[Request, int, int]] = field(default_factory=list)
-    """Admitted, not yet prefilled: (request, trace index, reused prefix tokens)."""
+    prefill: list[tuple[Request, int, int, float]] = field(default_factory=list)
+    """Admitted, not yet prefilled: (request, trace index, reused prefix tokens, arrival)."""
     decoding: dict[str, Running] = field(default_factory=dict)
     ends: list[tuple[int, str]] = field(default_factory=list)
     """Heap of (end step, request id); entries of forgotten requests are skipped."""
@@ -72,13 +72,15 @@ class Replica:
         """Run this target's GPU up to `end_s`, appending what happened.
 
         A target that was decoding while the engine skipped it first catches up from
-        `busy_until`; newly admitted prompts prefill no earlier than `start_s`.
+        `busy_until`; newly admitted prompts prefill no earlier than `start_s`, nor before
+        the last of them has arrived (the tick admits the whole window's arrivals at once).
         """
+        ready = max([start_s, *(e[3] for e in self.prefill)])
         if self.decoding:
-            clock = self._decode(self.busy_until, start_s if self.prefill else end_s, events)
+            clock = self._decode(self.busy_until, ready if self.prefill else end_s, events)
         else:
             clock = self.busy_until
-        clock = max(clock, start_s)
+        clock = max(clock, ready)
         while clock < end_s:
             if self.prefill:
                 clock = self._prefill(clock, events)
@@ -92,10 +94,11 @@ class Replica:
     def _prefill(self, clock: float, events: list[Event]) -> float:
         batch = self.prefill
         self.prefill = []
-        dur = self.factor * self.latency.prefill_many_s([(r.prompt_tokens, u) for r, _, u in batch])
+        prompts = [(r.prompt_tokens, reused) for r, _, reused, _ in batch]
+        dur = self.factor * self.latency.prefill_many_s(prompts)
         clock += dur
         self.busy_s += dur
-        for r, index, _ in batch:
+        for r, index, _, _ in batch:
             events.append(Event(index, clock, True))
             if r.max_new_tokens <= 1:
                 events.append(Event(index, clock, False))
