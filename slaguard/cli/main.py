@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from slaguard.cli import audit, dashboards, db, demo, fleet, simulate
+from slaguard.cli import audit, dashboards, db, demo, emulate, fleet, serve, simulate
 
 app = typer.Typer(
     name="slaguard",
@@ -19,6 +19,8 @@ app.add_typer(audit.app, name="audit")
 app.add_typer(dashboards.app, name="dashboards")
 app.command("demo")(demo.demo)
 app.command("simulate")(simulate.simulate)
+app.command("serve")(serve.serve)
+app.command("emulate")(emulate.emulate)
 
 
 def main() -> None:

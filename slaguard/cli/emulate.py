@@ -1,0 +1,34 @@
+"""`slaguard emulate`: one emulated vLLM replica of a card type, on a local port."""
+
+from __future__ import annotations
+
+import typer
+import uvicorn
+
+from slaguard.cli.errors import fail
+from slaguard.emulator.app import create_emulator_app
+from slaguard.fleet import FleetError, build_fleet
+
+
+def emulate(
+    card: str = typer.Option(..., "--card", help="Card type, e.g. l40s, h100, ascend910b."),
+    model: str = typer.Option("llama3.1-8b", "--model", help="Model id from the catalogue."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size."),
+    port: int = typer.Option(8000, "--port", help="Listen port."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Listen address."),
+    speedup: float = typer.Option(
+        1.0, "--speedup", help="Run this many times faster than the card (tests, demos)."
+    ),
+) -> None:
+    """Serve an OpenAI-compatible emulated replica with vLLM-style /metrics."""
+    if not 0 < speedup <= 10_000:
+        fail(f"--speedup: {speedup} is out of range; fix: use a value in (0, 10000]")
+    try:
+        fleet = build_fleet(
+            {"targets": [{"id": f"{card}-{model}", "model": model, "card": card, "tp": tp}]},
+            "--card/--model/--tp",
+        )
+    except FleetError as exc:
+        fail(str(exc))
+    app = create_emulator_app(fleet.targets[0], speedup=speedup)
+    uvicorn.run(app, host=host, port=port, loop="uvloop", http="httptools", log_level="warning")

@@ -1,0 +1,1 @@
+"""`slaguard serve`: the routing API, the OpenAI-compatible gateway and their loops."""

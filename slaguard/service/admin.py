@@ -1,0 +1,115 @@
+"""Admin endpoints: manual mode changes and the Alertmanager webhook receiver.
+
+Both need `Authorization: Bearer <token>` with the token from `$SLAGUARD_ADMIN_TOKEN`,
+compared with `hmac.compare_digest` (constant time). Without a configured token they
+answer 403 "disabled": never open. Authentication is checked before the body is looked at,
+so an unauthenticated caller learns nothing about the payload format (only a body that
+is not JSON at all is refused first, with 422).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Request
+
+from slaguard.service.modes import FiringAlert
+from slaguard.service.schemas import (
+    AlertmanagerResponse,
+    AlertmanagerWebhook,
+    ErrorResponse,
+    ModeRequest,
+    ModeResponse,
+)
+from slaguard.service.views import runtime_of
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse},
+    403: {"model": ErrorResponse},
+    422: {"model": ErrorResponse},
+}
+
+
+def require_admin(
+    request: Request,
+    authorization: str | None = Header(default=None, description="Bearer <admin token>"),
+) -> None:
+    """Refuse unless the bearer token matches the configured one."""
+    token = request.app.state.admin_token
+    if token is None:
+        raise HTTPException(
+            403,
+            "admin endpoints are disabled: no admin token configured; fix: set "
+            "$SLAGUARD_ADMIN_TOKEN (16+ characters) in the service's environment and restart",
+        )
+    scheme, _, given = (authorization or "").partition(" ")
+    expected = token.get_secret_value().encode()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+        raise HTTPException(
+            401,
+            "Authorization: missing or wrong bearer token; fix: send "
+            "`Authorization: Bearer $SLAGUARD_ADMIN_TOKEN`",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+@router.post(
+    "/v1/mode",
+    response_model=ModeResponse,
+    responses=AUTH_ERRORS,
+    dependencies=[Depends(require_admin)],
+    summary="Roll back, hold or resume the fleet's learned policy",
+)
+async def mode(request: Request, body: ModeRequest) -> ModeResponse:
+    rt = runtime_of(request)
+    if body.stage_pct is not None and body.action != "resume":
+        raise HTTPException(422, "stage_pct: only valid with action 'resume'")
+    change = await rt.modes.command(
+        body.action,
+        rt.clock(),
+        actor=f"api:{body.actor}",
+        reason=body.reason,
+        stage_pct=body.stage_pct,
+    )
+    return ModeResponse(
+        changed=change.changed, mode=change.mode, version=change.version, message=change.message
+    )
+
+
+@router.post(
+    "/v1/alertmanager",
+    response_model=AlertmanagerResponse,
+    responses=AUTH_ERRORS,
+    dependencies=[Depends(require_admin)],
+    summary="Alertmanager webhook (v4): configured firing alerts roll the fleet back",
+)
+async def alertmanager(request: Request, body: AlertmanagerWebhook) -> AlertmanagerResponse:
+    rt = runtime_of(request)
+    wanted = set(rt.config.alertmanager.rollback_alerts)
+    firing = [
+        FiringAlert(
+            alertname=a.labels.get("alertname", ""),
+            summary=a.annotations.get("summary", a.labels.get("alertname", "")),
+            labels=dict(a.labels),
+            annotations=dict(a.annotations),
+        )
+        for a in body.alerts
+        if a.status == "firing" and a.labels.get("alertname", "") in wanted
+    ]
+    matched = sorted({f.alertname for f in firing})
+    if not firing:
+        log.info("alertmanager webhook: %d alerts, none configured to roll back", len(body.alerts))
+        return AlertmanagerResponse(
+            received=len(body.alerts), matched=[], action="none", mode=rt.modes.current().label
+        )
+    change = await rt.modes.alerts(firing, rt.clock())
+    return AlertmanagerResponse(
+        received=len(body.alerts),
+        matched=matched,
+        action="rollback" if change.changed else "none (already on round-robin)",
+        mode=change.mode,
+    )

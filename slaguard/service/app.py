@@ -1,0 +1,135 @@
+"""The ASGI app factory: every dependency is passed in, nothing is read from globals.
+
+`create_app(runtime, ...)` wires the routers, the error format (every 4xx is
+`{"error": "<field>: <problem>; fix: ..."}`) and a lifespan that starts the background
+loops, the metrics scraper and the gateway's HTTP client, and stops them on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import SecretStr
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from slaguard import __version__
+from slaguard.service import admin, gateway, views
+from slaguard.service.loops import ServiceLoops
+from slaguard.service.runtime import FieldError, ServiceRuntime
+from slaguard.service.telemetry_scraper import MetricsScraper
+
+log = logging.getLogger(__name__)
+
+
+def _where(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:] or parts
+    return ".".join(parts) or "body"
+
+
+def validation_message(exc: RequestValidationError) -> str:
+    """One line for the first problem, naming the field."""
+    errors = exc.errors()
+    if not errors:
+        return "body: invalid request"
+    err = errors[0]
+    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    return f"{_where(err.get('loc', ()))}: {err.get('msg', 'invalid')}{more}"
+
+
+def gateway_client(runtime: ServiceRuntime) -> httpx.AsyncClient:
+    """The pooled client the gateway forwards with and the scraper scrapes with."""
+    g = runtime.config.gateway
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(g.read_timeout_s, connect=g.connect_timeout_s),
+        limits=httpx.Limits(
+            max_connections=g.max_connections, max_keepalive_connections=g.max_connections
+        ),
+    )
+
+
+def create_app(
+    runtime: ServiceRuntime,
+    *,
+    admin_token: SecretStr | None,
+    client: httpx.AsyncClient | None = None,
+    run_loops: bool = True,
+    readiness: Callable[[], Awaitable[None]] | None = None,
+) -> FastAPI:
+    """The service app. `client` overrides the forwarding/scraping HTTP client (tests pass
+    one with an in-process transport); `run_loops=False` leaves the background jobs off."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        http = client or gateway_client(runtime)
+        app.state.http = http
+        loops = ServiceLoops(runtime, readiness=readiness)
+        app.state.loops = loops
+        if readiness is not None:
+            await readiness()
+        scrape_task: asyncio.Task[None] | None = None
+        if run_loops:
+            loops.start()
+            tcfg = runtime.config.telemetry
+            if tcfg.scrape:
+                scraper = MetricsScraper(
+                    runtime.fleet,
+                    runtime.scheduler.state,
+                    http,
+                    runtime.clock,
+                    timeout_s=tcfg.scrape_timeout_s,
+                )
+                app.state.scraper = scraper
+                scrape_task = asyncio.create_task(scraper.run(tcfg.scrape_interval_s))
+        try:
+            yield
+        finally:
+            loops.stop()
+            if scrape_task is not None:
+                scrape_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await scrape_task
+            if client is None:
+                await http.aclose()
+
+    app = FastAPI(
+        title="slaguard",
+        version=__version__,
+        description="Routing API and OpenAI-compatible gateway of the slaguard SLA guard.",
+        lifespan=lifespan,
+    )
+    app.state.runtime = runtime
+    app.state.admin_token = admin_token
+    app.include_router(views.router)
+    app.include_router(admin.router)
+    if runtime.config.gateway.enabled:
+        app.include_router(gateway.router)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"error": validation_message(exc)}, status_code=422)
+
+    @app.exception_handler(FieldError)
+    async def _field(request: Request, exc: FieldError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=422)
+
+    @app.exception_handler(views.NotFoundError)
+    async def _missing(request: Request, exc: views.NotFoundError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=404)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(
+            {"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers
+        )
+
+    return app

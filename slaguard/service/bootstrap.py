@@ -1,0 +1,125 @@
+"""Build a running service from its configuration: fleet, scheduler, audit line, guard.
+
+`build_service` does everything that can fail on a user mistake (fleet file, database
+URL) before any thread starts, so `slaguard serve` can refuse with one line. A database
+that is reachable but not migrated (with `migrate: false`) or not reachable at all does
+not stop the start: decisions are journalled and `/readyz` says 503 with the reason until
+the schema is current.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from slaguard.audit.engine import create_audit_engine, default_spill_dir, resolve_db_url
+from slaguard.audit.migrate import SchemaNotCurrentError, require_current_schema, upgrade
+from slaguard.audit.records import WeightVersionRecord
+from slaguard.audit.store import record_weight_version
+from slaguard.audit.writer import AuditWriter
+from slaguard.fleet import load_fleet
+from slaguard.guard.guard import Guard
+from slaguard.notify.base import Notifier
+from slaguard.notify.dispatcher import IncidentDispatcher
+from slaguard.notify.factory import notifier_from_env
+from slaguard.notify.file import FileNotifier
+from slaguard.scheduler.config import RouterConfig, SchedulerConfig
+from slaguard.scheduler.core import Scheduler
+from slaguard.scheduler.rollout import RolloutPlan
+from slaguard.service.config import ServiceConfig
+from slaguard.service.modes import GuardedModes, state_from_store
+from slaguard.service.runtime import ServiceRuntime
+from slaguard.service.store import ModeStore
+from slaguard.telemetry.labels import fleet_target_labels
+from slaguard.telemetry.metrics import SlaguardMetrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Service:
+    """A built service: the runtime, its readiness probe, and what must be closed."""
+
+    runtime: ServiceRuntime
+    engine: Engine
+    writer: AuditWriter
+    readiness: Callable[[], Awaitable[None]]
+
+    def close(self) -> None:
+        """Drain the audit writer and release the database."""
+        self.writer.close()
+        self.engine.dispose()
+
+
+def _schema_problem(engine: Engine) -> str | None:
+    try:
+        require_current_schema(engine)
+    except SchemaNotCurrentError as exc:
+        return str(exc)
+    except SQLAlchemyError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"audit database unreachable: {first}"
+    return None
+
+
+def build_service(
+    config: ServiceConfig,
+    *,
+    clock: Callable[[], float] = time.time,
+    registry: CollectorRegistry | None = None,
+    notifier: Notifier | None = None,
+) -> Service:
+    """Everything `slaguard serve` runs, not yet serving (raises FleetError,
+    DatabaseUrlError, NotifyConfigError on user mistakes)."""
+    fleet = load_fleet(config.fleet)
+    url = resolve_db_url(config.db)
+    engine = create_audit_engine(url)
+    if config.migrate:
+        try:
+            upgrade(engine)
+        except SQLAlchemyError as exc:
+            log.warning("could not migrate the audit database: %s", str(exc).splitlines()[0])
+    now = clock()
+    sched_cfg = SchedulerConfig(router=RouterConfig(stale_after_s=config.telemetry.stale_after_s))
+    scheduler = Scheduler(fleet, sched_cfg, now_s=now)
+    metrics = SlaguardMetrics(registry or CollectorRegistry(), targets=fleet_target_labels(fleet))
+    writer = AuditWriter(
+        engine,
+        default_spill_dir(engine.url),
+        on_rows_written=metrics.count_audit_rows,
+        on_write_error=lambda _detail: metrics.count_audit_write_error(),
+    )
+    r = config.rollout
+    guard = Guard(plan=RolloutPlan(r.baseline_s, r.stage_s, r.stages_pct))
+    store = ModeStore(engine)
+    if _schema_problem(engine) is None:
+        stored = store.load()
+        if stored is not None:
+            guard.state = state_from_store(
+                stored.mode, stored.version, stored.since_s, stored.reason, stored.actor
+            )
+    if notifier is None:
+        notifier = FileNotifier(config.notify_file) if config.notify_file else notifier_from_env()
+    modes = GuardedModes(
+        guard, scheduler.state, metrics, store=store, dispatcher=IncidentDispatcher(notifier)
+    )
+    runtime = ServiceRuntime(
+        config, fleet, scheduler, metrics, modes, writer=writer, engine=engine, clock=clock
+    )
+
+    async def readiness() -> None:
+        problem = await asyncio.to_thread(_schema_problem, engine)
+        if problem is None and runtime.ready_problem is not None:
+            w = scheduler.weights
+            rec = WeightVersionRecord(w.version, clock(), w.as_dict())
+            await asyncio.to_thread(record_weight_version, engine, rec)
+        runtime.ready_problem = problem
+
+    return Service(runtime, engine, writer, readiness)

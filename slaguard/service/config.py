@@ -1,0 +1,198 @@
+"""`slaguard serve` configuration: one YAML file, overridden by `SLAGUARD_SERVE_*` variables.
+
+Precedence (highest first): command-line flags, environment (`SLAGUARD_SERVE_PORT=9000`,
+nested with `__`: `SLAGUARD_SERVE_GATEWAY__CONNECT_TIMEOUT_S=1`), the YAML file, defaults.
+A mistake is refused at start as one line naming the file, the field and the fix. The
+admin bearer token is never read from the file: only from `$SLAGUARD_ADMIN_TOKEN` (or
+`$SLAGUARD_ADMIN_TOKEN_FILE`), so it does not end up in a repository.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+ENV_PREFIX = "SLAGUARD_SERVE_"
+ADMIN_TOKEN_ENV = "SLAGUARD_ADMIN_TOKEN"
+
+
+class ServiceConfigError(ValueError):
+    """A configuration mistake as one line: `source: field: problem; fix: ...`."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TelemetryConfig(_Section):
+    """Where the hardware picture comes from and when it counts as stale."""
+
+    scrape: bool = Field(default=True, description="pull each target's vLLM-style /metrics")
+    scrape_interval_s: float = Field(default=0.25, gt=0, le=10)
+    scrape_timeout_s: float = Field(default=0.5, gt=0, le=10)
+    stale_after_s: float = Field(
+        default=1.0, gt=0, le=300, description="older picture: target treated as saturated"
+    )
+
+
+class GatewayConfig(_Section):
+    """The OpenAI-compatible proxy."""
+
+    enabled: bool = True
+    connect_timeout_s: float = Field(default=1.0, gt=0, le=60)
+    first_byte_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    read_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    chars_per_token: float = Field(
+        default=4.0, gt=0, le=64, description="prompt token estimate when none is given"
+    )
+    default_max_tokens: int = Field(default=256, ge=1, le=1_000_000)
+    default_priority: Literal["high", "normal", "low"] = "normal"
+    max_connections: int = Field(default=512, ge=1, le=100_000)
+
+
+class RolloutConfig(_Section):
+    """The cold-start plan: round-robin baseline, then the learned share per stage."""
+
+    baseline_s: float = Field(default=86_400.0, ge=0)
+    stage_s: float = Field(default=86_400.0, gt=0)
+    stages_pct: tuple[int, ...] = (10, 50, 100)
+
+    @model_validator(mode="after")
+    def _stages_valid(self) -> RolloutConfig:
+        if not self.stages_pct or any(not 0 < p <= 100 for p in self.stages_pct):
+            raise ValueError("stages_pct must be non-empty values in (0, 100]")
+        if list(self.stages_pct) != sorted(self.stages_pct):
+            raise ValueError("stages_pct must be increasing")
+        return self
+
+
+class AlertmanagerConfig(_Section):
+    """Which firing alerts roll the fleet back to round-robin."""
+
+    rollback_alerts: tuple[str, ...] = (
+        "SlaguardTtftBudgetBurnFast",
+        "SlaguardLearnedWorseThanBaseline",
+    )
+
+
+class LoopsConfig(_Section):
+    """Periods of the background jobs (the scheduler's own tick/period come from its config)."""
+
+    detectors_s: float = Field(default=1.0, gt=0, le=60)
+    weights_s: float = Field(default=3600.0, gt=0)
+
+
+class ServiceConfig(BaseSettings):
+    """Everything `slaguard serve` needs; see docs/service.md for each field."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    fleet: Path | None = Field(default=None, description="fleet file; default: built-in")
+    db: str | None = Field(default=None, description="audit DB URL; default: $SLAGUARD_DB")
+    migrate: bool = Field(default=True, description="create/upgrade the audit schema at start")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_pending_decisions: int = Field(default=200_000, ge=100, le=10_000_000)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    alertmanager: AlertmanagerConfig = Field(default_factory=AlertmanagerConfig)
+    loops: LoopsConfig = Field(default_factory=LoopsConfig)
+    notify_file: Path | None = Field(
+        default=None, description="incident messages as JSON lines here (else $SLAGUARD_*)"
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if settings_cls.model_config.get("yaml_file") is not None:
+            sources.append(YamlConfigSettingsSource(settings_cls))
+        return tuple(sources)
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "<top>"
+
+
+def load_config(
+    path: Path | None = None, overrides: Mapping[str, Any] | None = None
+) -> ServiceConfig:
+    """Read the YAML file (if any), apply the environment, then `overrides` (CLI flags)."""
+    source = str(path) if path is not None else "environment"
+    if path is not None:
+        if not path.is_file():
+            raise ServiceConfigError(f"{path}: file not found; fix: pass an existing YAML file")
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}" if mark is not None else "<yaml>"
+            raise ServiceConfigError(
+                f"{path}: {where}: invalid YAML; fix: correct the syntax"
+            ) from None
+        if raw is not None and not isinstance(raw, dict):
+            raise ServiceConfigError(f"{path}: <top>: not a mapping; fix: write `key: value` lines")
+    kwargs: dict[str, Any] = {k: v for k, v in (overrides or {}).items() if v is not None}
+    cls: type[ServiceConfig] = ServiceConfig
+    if path is not None:
+
+        class _FromFile(ServiceConfig):
+            model_config = SettingsConfigDict(yaml_file=path, yaml_file_encoding="utf-8")
+
+        cls = _FromFile
+    try:
+        return cls(**kwargs)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        value = err.get("input")
+        shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
+        raise ServiceConfigError(
+            f"{source}: {_field_path(err['loc'])}: {err['msg']}{shown}; fix: correct the value "
+            f"(file or ${ENV_PREFIX}{'__'.join(str(p).upper() for p in err['loc'])})"
+        ) from None
+
+
+def admin_token(env: Mapping[str, str] | None = None) -> SecretStr | None:
+    """The admin bearer token from the environment; None disables the admin endpoints."""
+    env = os.environ if env is None else env
+    value = env.get(ADMIN_TOKEN_ENV, "").strip()
+    if not value:
+        file_name = env.get(f"{ADMIN_TOKEN_ENV}_FILE", "").strip()
+        if file_name:
+            try:
+                value = Path(file_name).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ServiceConfigError(
+                    f"{ADMIN_TOKEN_ENV}_FILE: cannot read {file_name} ({exc.strerror}); "
+                    "fix: point it at a readable secrets file"
+                ) from None
+    if value and len(value) < 16:
+        raise ServiceConfigError(
+            f"{ADMIN_TOKEN_ENV}: token shorter than 16 characters; fix: use a long random "
+            "token (e.g. `openssl rand -hex 32`)"
+        )
+    return SecretStr(value) if value else None

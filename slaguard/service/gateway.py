@@ -1,0 +1,349 @@
+"""OpenAI-compatible gateway: route, forward, stream back unchanged, measure, feed back.
+
+`POST /v1/chat/completions` and `POST /v1/completions` are routed like `/v1/route` (the
+business metadata comes from headers: `X-Slaguard-Priority`, `X-Slaguard-Deadline-S`,
+`X-Request-Id`, `X-Slaguard-Prefix-Id`; the prompt size is estimated at
+`gateway.chars_per_token` characters per token), then the body is forwarded unchanged to
+the chosen backend (only `model` is rewritten when the router degraded the request).
+
+Retry rule: if the backend fails *before the first byte of the answer body* (connection
+refused, timeout, HTTP 5xx), the request is sent once more to the next-best eligible
+target, and the decision's explanation records it. After the first byte nothing is retried:
+the client already holds part of an answer. Backend 4xx answers are the client's mistake
+and pass through unchanged. TTFT is measured at the first SSE event carrying a token;
+TPOT = (end - first token) / (completion tokens - 1), with the token count from the
+backend's `usage` when it sends one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from fastapi import APIRouter, Header, HTTPException, Request, Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from slaguard.audit.records import RequestStatus
+from slaguard.fleet import Target
+from slaguard.service.runtime import Pending, ServiceRuntime
+from slaguard.service.schemas import ID_PATTERN, MAX_TOKENS, ErrorResponse
+from slaguard.service.views import runtime_of
+
+router = APIRouter()
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (409, 422, 502, 503, 504)
+}
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
+class ChatMessage(_Open):
+    role: str = Field(max_length=64)
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatCompletionRequest(_Open):
+    """The fields slaguard reads; every other OpenAI field is forwarded untouched."""
+
+    model: str = Field(min_length=1, max_length=128)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=10_000)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    stream: bool = False
+
+
+class CompletionRequest(_Open):
+    model: str = Field(min_length=1, max_length=128)
+    prompt: str | list[str] = Field(max_length=10_000)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    stream: bool = False
+
+
+class UpstreamError(Exception):
+    """The backend failed before the first byte of its answer."""
+
+
+@dataclass(slots=True)
+class StreamMeter:
+    """Watches the SSE bytes going by: first token time, token count, backend usage."""
+
+    started: float
+    first_token_at: float | None = None
+    events: int = 0
+    usage: dict[str, Any] | None = None
+    _tail: bytes = b""
+
+    def feed(self, chunk: bytes) -> None:
+        data = self._tail + chunk
+        lines = data.split(b"\n")
+        self._tail = lines.pop()
+        for line in lines:
+            if not line.startswith(b"data:") or line.strip() == b"data: [DONE]":
+                continue
+            try:
+                event = json.loads(line[5:])
+            except ValueError:
+                continue
+            if not isinstance(event, dict):
+                continue
+            if event.get("usage"):
+                self.usage = event["usage"]
+            if _has_token(event):
+                self.events += 1
+                if self.first_token_at is None:
+                    self.first_token_at = time.perf_counter()
+
+
+def _has_token(event: dict[str, Any]) -> bool:
+    for choice in event.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        if text:
+            return True
+    return False
+
+
+def _prompt_text(body: ChatCompletionRequest | CompletionRequest) -> str:
+    if isinstance(body, CompletionRequest):
+        return body.prompt if isinstance(body.prompt, str) else "".join(body.prompt)
+    parts: list[str] = []
+    for m in body.messages:
+        if isinstance(m.content, str):
+            parts.append(m.content)
+        elif m.content:
+            parts.extend(str(p.get("text", "")) for p in m.content)
+    return "\n".join(parts)
+
+
+@router.post("/v1/chat/completions", responses=_ERRORS, summary="OpenAI chat completions")
+async def chat_completions(
+    body: ChatCompletionRequest,
+    request: Request,
+    x_slaguard_priority: str | None = Header(default=None),
+    x_slaguard_deadline_s: float | None = Header(default=None, gt=0, le=86_400),
+    x_request_id: str | None = Header(default=None, pattern=ID_PATTERN),
+    x_slaguard_prefix_id: str | None = Header(default=None, min_length=1, max_length=128),
+) -> Response:
+    max_new = body.max_completion_tokens or body.max_tokens
+    headers = (x_slaguard_priority, x_slaguard_deadline_s, x_request_id, x_slaguard_prefix_id)
+    return await _proxy(request, "/v1/chat/completions", body, max_new, headers)
+
+
+@router.post("/v1/completions", responses=_ERRORS, summary="OpenAI completions")
+async def completions(
+    body: CompletionRequest,
+    request: Request,
+    x_slaguard_priority: str | None = Header(default=None),
+    x_slaguard_deadline_s: float | None = Header(default=None, gt=0, le=86_400),
+    x_request_id: str | None = Header(default=None, pattern=ID_PATTERN),
+    x_slaguard_prefix_id: str | None = Header(default=None, min_length=1, max_length=128),
+) -> Response:
+    headers = (x_slaguard_priority, x_slaguard_deadline_s, x_request_id, x_slaguard_prefix_id)
+    return await _proxy(request, "/v1/completions", body, body.max_tokens, headers)
+
+
+async def _proxy(
+    request: Request,
+    path: str,
+    body: ChatCompletionRequest | CompletionRequest,
+    max_new: int | None,
+    headers: tuple[str | None, float | None, str | None, str | None],
+) -> Response:
+    rt = runtime_of(request)
+    priority_h, deadline_h, request_id, prefix_h = headers
+    g = rt.config.gateway
+    rt.check_model(body.model)
+    priority = rt.priority_of(priority_h or g.default_priority, "X-Slaguard-Priority")
+    if request_id is not None and request_id in rt.pending:
+        raise HTTPException(409, f"X-Request-Id: {request_id!r} was already used; send a new id")
+    text = _prompt_text(body)
+    prefix = prefix_h or hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    req = rt.request(
+        model=body.model,
+        prompt_tokens=int(len(text) / g.chars_per_token) + 1,
+        max_new_tokens=max_new or g.default_max_tokens,
+        priority=priority,
+        deadline_s=deadline_h,
+        request_id=request_id,
+        prefix_id=prefix,
+    )
+    started = time.perf_counter()
+    entry = rt.decide(req, record=False)
+    decide_s = time.perf_counter() - started
+    if entry.target_index is None:
+        rt.record_decision(entry, decide_s)
+        rt.finish(entry, "rejected", ttft_s=None, tpot_s=None, e2e_s=None)
+        notes = "; ".join(entry.decision.explanation.notes) or "no eligible target"
+        raise HTTPException(503, f"no capacity for {body.model}: {notes}", {"Retry-After": "1"})
+    raw = await request.body()
+    if entry.decision.served_model != body.model:
+        doc = json.loads(raw)
+        doc["model"] = entry.decision.served_model
+        raw = json.dumps(doc).encode()
+    opened = await _open_upstream(request, rt, entry, path, raw, body.stream)
+    rt.record_decision(entry, decide_s)
+    resp, first = opened
+    meter = StreamMeter(started)
+    out_headers = {
+        "x-slaguard-decision-id": entry.decision_id,
+        "x-slaguard-target": rt.fleet.targets[entry.target_index].id,
+    }
+    media = resp.headers.get("content-type", "application/json")
+    if not body.stream or resp.status_code >= 400:
+        rest = await resp.aread()
+        await resp.aclose()
+        content = first + rest
+        _finish_whole(rt, entry, meter, resp.status_code, content)
+        return Response(content, resp.status_code, out_headers, media_type=media)
+    return StreamingResponse(
+        _relay(rt, entry, meter, resp, first, request),
+        resp.status_code,
+        out_headers,
+        media_type=media,
+    )
+
+
+async def _open_upstream(
+    request: Request, rt: ServiceRuntime, entry: Pending, path: str, raw: bytes, stream: bool
+) -> tuple[httpx.Response, bytes]:
+    """Send to the chosen target; once more to the next-best one if it fails first."""
+    client: httpx.AsyncClient = request.app.state.http
+    gm = rt.gateway_metrics
+    targets = rt.fleet.targets
+    assert entry.target_index is not None
+    order = [entry.target_index, *entry.decision.alternatives[:1]]
+    g = rt.config.gateway
+    failures: list[str] = []
+    for attempt, index in enumerate(order):
+        target = targets[index]
+        if attempt:
+            gm.retries.inc()
+            rt.scheduler.state.add_queue(entry.target_index, -1)
+            rt.scheduler.state.add_queue(index, 1)
+            entry.target_index = index
+        try:
+            async with asyncio.timeout(g.first_byte_timeout_s if stream else g.read_timeout_s):
+                return await _first_byte(client, target, path, raw)
+        except (UpstreamError, httpx.HTTPError, TimeoutError) as exc:
+            gm.upstream_failures.labels("before_first_byte").inc()
+            why = str(exc) or type(exc).__name__
+            failures.append(f"{target.id}: {why}")
+            entry.decision.explanation.notes.append(
+                f"gateway: {target.id} failed before the first byte ({why})"
+                + ("; retried on the next-best target" if attempt + 1 < len(order) else "")
+            )
+    rt.record_decision(entry, 0.0)
+    rt.finish(entry, "failed", ttft_s=None, tpot_s=None, e2e_s=None)
+    raise HTTPException(502, "backend failed before answering: " + "; ".join(failures))
+
+
+async def _first_byte(
+    client: httpx.AsyncClient, target: Target, path: str, raw: bytes
+) -> tuple[httpx.Response, bytes]:
+    if not target.url:
+        raise UpstreamError("no URL configured for this target")
+    req = client.build_request(
+        "POST",
+        target.url.rstrip("/") + path,
+        content=raw,
+        headers={"content-type": "application/json"},
+    )
+    resp = await client.send(req, stream=True)
+    try:
+        if resp.status_code >= 500:
+            raise UpstreamError(f"HTTP {resp.status_code}")
+        first = b""
+        async for chunk in resp.aiter_raw():
+            if chunk:
+                first = chunk
+                break
+        return resp, first
+    except BaseException:
+        await resp.aclose()
+        raise
+
+
+def _status_of(code: int) -> RequestStatus:
+    if code < 400:
+        return "ok"
+    return "rejected" if code < 500 else "failed"
+
+
+def _finish_whole(
+    rt: ServiceRuntime, entry: Pending, meter: StreamMeter, code: int, content: bytes
+) -> None:
+    """A non-streamed answer: no first-token time; tokens from `usage`."""
+    e2e = time.perf_counter() - meter.started
+    usage: dict[str, Any] = {}
+    if code < 400:
+        try:
+            doc = json.loads(content)
+            usage = doc.get("usage") or {} if isinstance(doc, dict) else {}
+        except ValueError:
+            usage = {}
+    rt.finish(
+        entry,
+        _status_of(code),
+        ttft_s=None,
+        tpot_s=None,
+        e2e_s=e2e,
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"),
+    )
+
+
+async def _relay(
+    rt: ServiceRuntime,
+    entry: Pending,
+    meter: StreamMeter,
+    resp: httpx.Response,
+    first: bytes,
+    request: Request,
+) -> AsyncIterator[bytes]:
+    """Pass the backend's bytes through unchanged, metering them; never retry."""
+    status: RequestStatus = "ok"
+    try:
+        if first:
+            meter.feed(first)
+            yield first
+        async for chunk in resp.aiter_raw():
+            meter.feed(chunk)
+            yield chunk
+    except httpx.HTTPError as exc:
+        status = "failed"
+        rt.gateway_metrics.upstream_failures.labels("after_first_byte").inc()
+        entry.decision.explanation.notes.append(
+            f"gateway: stream broke after the first byte: {exc}"
+        )
+    except asyncio.CancelledError:
+        status = "failed"
+        raise
+    finally:
+        await resp.aclose()
+        end = time.perf_counter()
+        ttft = None if meter.first_token_at is None else meter.first_token_at - meter.started
+        usage = meter.usage or {}
+        tokens = int(usage.get("completion_tokens") or meter.events)
+        tpot = None
+        if ttft is not None and tokens > 1:
+            tpot = (end - meter.first_token_at) / (tokens - 1)  # type: ignore[operator]
+        rt.finish(
+            entry,
+            status,
+            ttft_s=ttft,
+            tpot_s=tpot,
+            e2e_s=end - meter.started,
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=tokens,
+        )

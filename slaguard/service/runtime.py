@@ -1,0 +1,338 @@
+"""What one running service holds, and the two things it does per request: decide, finish.
+
+`ServiceRuntime.decide` is the routing hot path shared by `POST /v1/route` and the
+gateway: scheduler decision, audit record (enqueued, never written here), metrics, and a
+pending entry so the outcome can find its decision. `finish` is the other half: learner
+feedback, audit outcome, TTFT/TPOT metrics, a guard sample. Both run on the event loop
+thread and do no I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter
+from sqlalchemy import Engine
+
+from slaguard.audit.records import DecisionRecord, OutcomeRecord, RequestStatus
+from slaguard.audit.writer import AuditWriter, SpillFullError
+from slaguard.fleet import Fleet, Priority, Request
+from slaguard.guard.samples import GuardSample
+from slaguard.scheduler.core import Scheduler
+from slaguard.scheduler.explain import Decision, Outcome
+from slaguard.service.config import ServiceConfig
+from slaguard.service.modes import ModeSource
+from slaguard.service.store import ModeStore
+from slaguard.telemetry.metrics import SlaguardMetrics
+
+log = logging.getLogger(__name__)
+
+
+class FieldError(ValueError):
+    """A request value the fleet cannot serve: answered as 422 naming `field`."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class GatewayMetrics:
+    """The gateway's own counters (on the service registry)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.retries = Counter(
+            "slaguard_gateway_retries_total",
+            "Requests re-sent to the next-best target after a failure before the first byte.",
+            registry=registry,
+        )
+        self.upstream_failures = Counter(
+            "slaguard_gateway_upstream_failures_total",
+            "Backend failures seen by the gateway, before or after the first answer byte.",
+            ["stage"],
+            registry=registry,
+        )
+        for stage in ("before_first_byte", "after_first_byte"):
+            self.upstream_failures.labels(stage)
+
+
+@dataclass(slots=True)
+class Pending:
+    """A decision waiting for its outcome."""
+
+    decision: Decision
+    decision_id: str
+    mode: str
+    decided_at_s: float
+    target_index: int | None
+    done: bool = False
+    sla_met: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """What `finish` did."""
+
+    recorded: bool
+    duplicate: bool
+    sla_met: bool | None
+
+
+class ServiceRuntime:
+    """The fleet, the scheduler, the audit writer, metrics and the mode source, together."""
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        fleet: Fleet,
+        scheduler: Scheduler,
+        metrics: SlaguardMetrics,
+        modes: ModeSource,
+        *,
+        writer: AuditWriter | None = None,
+        engine: Engine | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.fleet = fleet
+        self.scheduler = scheduler
+        self.metrics = metrics
+        self.modes = modes
+        self.writer = writer
+        self.engine = engine
+        self.store = ModeStore(engine) if engine is not None else None
+        self.gateway_metrics = GatewayMetrics(metrics.registry)
+        self.clock = clock
+        self.pending: OrderedDict[str, Pending] = OrderedDict()
+        self.ready_problem: str | None = "starting"
+        """None when ready; otherwise why `/readyz` answers 503."""
+        self.audit_refused = 0
+        self.finished_count = 0
+        self.violated_count = 0
+        self.started_at_s = clock()
+        self._models = sorted(fleet.models)
+
+    # -- parsing helpers ---------------------------------------------------------------
+
+    def priority_of(self, value: str, field: str = "priority") -> Priority:
+        try:
+            return Priority(value)
+        except ValueError:
+            raise FieldError(
+                field, f"unknown priority {value!r}; use one of {[p.value for p in Priority]}"
+            ) from None
+
+    def check_model(self, model: str, field: str = "model") -> None:
+        if model not in self.fleet.models:
+            raise FieldError(field, f"unknown model {model!r}; use one of {self._models}")
+
+    def request(
+        self,
+        *,
+        model: str,
+        prompt_tokens: int,
+        max_new_tokens: int,
+        priority: Priority,
+        deadline_s: float | None,
+        request_id: str | None,
+        prefix_id: str | None,
+    ) -> Request:
+        """A scheduler `Request` (the deadline defaults to the priority's SLA)."""
+        deadline = deadline_s if deadline_s is not None else self.fleet.sla[priority].ttft_s
+        return Request(
+            request_id or uuid.uuid4().hex,
+            prompt_tokens,
+            max_new_tokens,
+            model,
+            priority,
+            deadline,
+            arrival_s=self.clock(),
+            prefix_id=prefix_id,
+        )
+
+    # -- the hot path ------------------------------------------------------------------
+
+    def decide(self, request: Request, *, record: bool = True) -> Pending:
+        """Route one request and remember it; `record=False` defers the audit record
+        (the gateway records once it knows which target actually served)."""
+        now = request.arrival_s
+        mode = self.modes.current()
+        started = time.perf_counter()
+        decision = self.scheduler.decide(request, now, mode)
+        latency = time.perf_counter() - started
+        target = decision.target
+        if target is not None:
+            self.scheduler.state.add_queue(target.index, 1)
+        entry = Pending(
+            decision, request.request_id, mode.label, now, None if target is None else target.index
+        )
+        self.metrics.observe_decision(
+            decision.arm.value, mode.kind.value, decision.outcome, latency
+        )
+        if decision.outcome is Outcome.SPILLED and decision.explanation.spill is not None:
+            self.metrics.count_spill(str(decision.explanation.spill["from"]))
+        if record:
+            self.record_decision(entry, latency)
+        self.pending[request.request_id] = entry
+        if len(self.pending) > self.config.max_pending_decisions:
+            self.pending.popitem(last=False)
+        return entry
+
+    def record_decision(self, entry: Pending, latency_s: float) -> None:
+        """Enqueue the decision's audit record (its target is the one that served)."""
+        if self.writer is None:
+            return
+        d = entry.decision
+        req = d.request
+        target = None if entry.target_index is None else self.fleet.targets[entry.target_index]
+        rec = DecisionRecord(
+            request_id=req.request_id,
+            decided_at_s=entry.decided_at_s,
+            model_id=req.model_id,
+            priority=req.priority.value,
+            prompt_tokens=req.prompt_tokens,
+            max_new_tokens=req.max_new_tokens,
+            deadline_s=req.deadline_s,
+            policy_arm=d.arm.value,
+            fleet_mode=entry.mode,
+            outcome=d.outcome.value,
+            target_id=None if target is None else target.id,
+            card_type=None if target is None else target.card.id,
+            explanation=d.explanation.to_dict(),
+            weights_version=d.explanation.weights_version,
+            config_hash=self.scheduler.config_hash,
+            decision_latency_s=latency_s,
+        )
+        try:
+            self.writer.enqueue(rec)
+        except SpillFullError as exc:
+            self.audit_refused += 1
+            log.error("decision %s not audited: %s", req.request_id, exc)
+
+    def finish(
+        self,
+        entry: Pending,
+        status: RequestStatus,
+        *,
+        ttft_s: float | None,
+        tpot_s: float | None,
+        e2e_s: float | None,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+    ) -> Finished:
+        """Record a request's outcome once; a second call is a no-op reporting duplicate."""
+        if entry.done:
+            return Finished(False, True, entry.sla_met)
+        entry.done = True
+        now = self.clock()
+        d = entry.decision
+        req = d.request
+        deadline = req.deadline_s
+        if status != "ok":
+            sla_met = False
+        elif ttft_s is not None:
+            sla_met = ttft_s <= deadline
+        else:
+            # No first-token time (a non-streamed answer): the whole answer bounds it.
+            sla_met = e2e_s is not None and e2e_s <= deadline
+        entry.sla_met = sla_met
+        self.finished_count += 1
+        self.violated_count += not sla_met
+        if entry.target_index is not None:
+            self.scheduler.state.add_queue(entry.target_index, -1)
+        if status != "ok":
+            self.scheduler.feedback(d, None, now)
+        elif ttft_s is not None:
+            self.scheduler.feedback(d, ttft_s, now)
+        if self.writer is not None:
+            try:
+                self.writer.enqueue(
+                    OutcomeRecord(req.request_id, now, ttft_s, tpot_s, e2e_s, status, sla_met)
+                )
+            except SpillFullError as exc:
+                self.audit_refused += 1
+                log.error("outcome of %s not audited: %s", req.request_id, exc)
+        if entry.target_index is None:
+            return Finished(True, False, sla_met)
+        target = self.fleet.targets[entry.target_index]
+        if ttft_s is not None:
+            self.metrics.observe_completion(
+                target.id,
+                d.arm.value,
+                req.priority.value,
+                ttft_s,
+                violated=not sla_met,
+                tpot_s=tpot_s,
+                prompt_tokens=prompt_tokens if prompt_tokens is not None else req.prompt_tokens,
+                generated_tokens=completion_tokens or 0,
+            )
+        self.modes.on_outcome(
+            GuardSample(
+                at_s=now,
+                target_id=target.id,
+                card_type=target.card.id,
+                model_id=target.model.id,
+                sla_met=sla_met,
+                deadline_s=deadline,
+                ttft_s=ttft_s,
+                arm=d.arm,
+                prefix_id=req.prefix_id,
+            )
+        )
+        return Finished(True, False, sla_met)
+
+    def status(self) -> dict[str, object]:
+        """The `/v1/status` body."""
+        st = self.modes.state()
+        rows = self.scheduler.state
+        now = self.clock()
+        targets = []
+        for t in self.fleet:
+            pic = rows.picture(t.index)
+            targets.append(
+                {
+                    "target": t.id,
+                    "card": t.card.id,
+                    "model": t.model.id,
+                    "url": t.url,
+                    "queue_depth": pic.queue_depth,
+                    "kv_used_ratio": round(pic.kv_used_gb / t.kv_budget_gb, 4),
+                    "jitter_z": round(pic.jitter_z, 3),
+                    "healthy": pic.healthy,
+                    "demoted": pic.demoted,
+                    "picture_age_s": round(now - pic.refreshed_at_s, 3),
+                    "batching_factor": round(float(self.scheduler.factors[t.index]), 3),
+                }
+            )
+        writer = self.writer.stats() if self.writer is not None else None
+        return {
+            "fleet": self.fleet.name,
+            "mode": {
+                "mode": st.mode.label,
+                "version": st.version,
+                "since_s": st.since_s,
+                "reason": st.reason,
+                "actor": st.actor,
+            },
+            "weights": {
+                "version": self.scheduler.weights.version,
+                "values": list(self.scheduler.weights.values),
+            },
+            "pending_decisions": len(self.pending),
+            "audit": None
+            if writer is None
+            else {
+                "queue_depth": writer.queue_depth,
+                "spill_bytes": writer.spill_bytes,
+                "rows_written": writer.rows_written,
+                "write_errors": writer.write_errors,
+                "refused": writer.refused,
+                "last_error": writer.last_error,
+            },
+            "stale_after_s": self.config.telemetry.stale_after_s,
+            "targets": targets,
+        }

@@ -1,0 +1,140 @@
+"""Request and response bodies of the HTTP API (they are what `/openapi.json` publishes).
+
+Bounds are explicit so a bad value is a 422 naming the field, never a 500 deep inside:
+token counts are 0..10M, deadlines finite and positive, ids 1..128 characters (the audit
+columns' width). Model and priority names are checked against the loaded fleet in the
+route handler, since the fleet is only known at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_TOKENS = 10_000_000
+ID_PATTERN = r"^[\x21-\x7e]{1,128}$"
+"""Printable ASCII without spaces: ids end up in URLs, logs and VARCHAR(128) columns."""
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class RouteRequest(_Body):
+    """Metadata of one inference request the platform's gateway is about to send."""
+
+    model: str = Field(min_length=1, max_length=128, description="fleet model id")
+    prompt_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    max_new_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    priority: str = Field(default="normal", description="high, normal or low")
+    deadline_s: float | None = Field(
+        default=None, gt=0, le=86_400, description="TTFT deadline; default: the priority's SLA"
+    )
+    prefix_id: str | None = Field(default=None, min_length=1, max_length=128)
+    prompt_hash: str | None = Field(default=None, min_length=1, max_length=128)
+    request_id: str | None = Field(default=None, pattern=ID_PATTERN)
+
+
+class RouteResponse(BaseModel):
+    """Where to send the request; `decision_id` is what `/v1/feedback` refers to."""
+
+    decision_id: str
+    target: str | None
+    url: str | None
+    served_model: str
+    outcome: Literal["routed", "spilled", "degraded", "no_capacity"]
+    arm: Literal["round_robin", "learned"]
+    mode: str
+    alternatives: list[str]
+    explanation: dict[str, Any] | None = None
+
+
+class FeedbackRequest(_Body):
+    """How a routed request went (latencies in seconds, None when never measured)."""
+
+    decision_id: str = Field(pattern=ID_PATTERN)
+    status: Literal["ok", "failed", "rejected", "timeout"] = "ok"
+    ttft_s: float | None = Field(default=None, ge=0, le=86_400)
+    tpot_s: float | None = Field(default=None, ge=0, le=3_600)
+    e2e_s: float | None = Field(default=None, ge=0, le=86_400)
+    prompt_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    completion_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+
+
+class FeedbackResponse(BaseModel):
+    decision_id: str
+    recorded: bool
+    duplicate: bool
+    sla_met: bool | None
+
+
+class TelemetryRequest(_Body):
+    """A pushed hardware picture of one target (any subset of the fields)."""
+
+    target: str = Field(min_length=1, max_length=128)
+    memory_used_gb: float | None = Field(default=None, ge=0, le=100_000)
+    kv_used_gb: float | None = Field(default=None, ge=0, le=100_000)
+    kv_used_ratio: float | None = Field(default=None, ge=0, le=1)
+    queue_depth: float | None = Field(default=None, ge=0, le=10_000_000)
+    healthy: bool | None = None
+
+
+class TelemetryResponse(BaseModel):
+    target: str
+    accepted: bool
+
+
+class ModeRequest(_Body):
+    """A human's mode change: `rollback`, `hold` (round-robin and stay) or `resume`."""
+
+    action: Literal["rollback", "hold", "resume"]
+    reason: str = Field(min_length=1, max_length=500)
+    actor: str = Field(default="api", min_length=1, max_length=128)
+    stage_pct: int | None = Field(default=None, gt=0, le=100, description="resume only")
+
+
+class ModeResponse(BaseModel):
+    changed: bool
+    mode: str
+    version: int
+    message: str
+
+
+class AlertmanagerAlert(BaseModel):
+    """One alert of an Alertmanager webhook (v4); unknown keys are kept, not refused."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["firing", "resolved"]
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    startsAt: str | None = None
+    endsAt: str | None = None
+    fingerprint: str | None = None
+
+
+class AlertmanagerWebhook(BaseModel):
+    """The Alertmanager webhook payload, version 4."""
+
+    model_config = ConfigDict(extra="allow")
+
+    version: Literal["4"]
+    status: Literal["firing", "resolved"]
+    alerts: list[AlertmanagerAlert] = Field(max_length=10_000)
+    groupKey: str | None = None
+    groupLabels: dict[str, str] = Field(default_factory=dict)
+    commonLabels: dict[str, str] = Field(default_factory=dict)
+
+
+class AlertmanagerResponse(BaseModel):
+    received: int
+    matched: list[str]
+    action: str
+    mode: str
+
+
+class ErrorResponse(BaseModel):
+    """Every 4xx/5xx body: one line naming the field or the problem, and the fix."""
+
+    error: str

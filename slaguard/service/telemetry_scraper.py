@@ -1,0 +1,129 @@
+"""Pull each target's vLLM-style `/metrics` into the router's hardware picture.
+
+For platforms that do not push (`POST /v1/telemetry`): every `scrape_interval_s` each
+target with a URL is scraped concurrently; the text is parsed with prometheus-client's
+parser and three families are read: `vllm:gpu_cache_usage_perc` (share of the KV cache in
+use, 0..1), `vllm:num_requests_running` and `vllm:num_requests_waiting` (queue depth is
+their sum). A target that does not answer is simply not refreshed: its picture ages and,
+past `stale_after_s`, the router treats it as saturated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from slaguard.fleet import Fleet, Target
+from slaguard.scheduler.state import FleetState
+
+log = logging.getLogger(__name__)
+
+KV_USAGE = "vllm:gpu_cache_usage_perc"
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+
+
+class ScrapeError(ValueError):
+    """A `/metrics` page without the families the router needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class BackendPicture:
+    """What one scrape said about a backend."""
+
+    kv_usage_ratio: float
+    running: float
+    waiting: float
+
+    @property
+    def queue_depth(self) -> float:
+        return self.running + self.waiting
+
+
+def _value(values: dict[str, float], name: str) -> float:
+    if name not in values:
+        raise ScrapeError(f"{name} missing from /metrics")
+    v = values[name]
+    if math.isnan(v) or v < 0:
+        raise ScrapeError(f"{name} = {v}: not a usable value")
+    return v
+
+
+def parse_vllm_metrics(text: str) -> BackendPicture:
+    """The three gauges from an exposition page (summed over label sets, e.g. per model)."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name in (KV_USAGE, RUNNING, WAITING):
+            for sample in family.samples:
+                if sample.name == family.name:
+                    values[family.name] = values.get(family.name, 0.0) + sample.value
+    usage = _value(values, KV_USAGE)
+    return BackendPicture(min(usage, 1.0), _value(values, RUNNING), _value(values, WAITING))
+
+
+def apply_picture(state: FleetState, target: Target, picture: BackendPicture, now_s: float) -> None:
+    """Write one scraped picture into the router's row for `target`."""
+    state.refresh(
+        target.index,
+        now_s,
+        kv_used_gb=picture.kv_usage_ratio * target.kv_budget_gb,
+        queue_depth=picture.queue_depth,
+    )
+
+
+class MetricsScraper:
+    """Scrapes every target with a URL; `scrape_once` is one round (tests call it)."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        state: FleetState,
+        client: httpx.AsyncClient,
+        clock: Callable[[], float],
+        *,
+        timeout_s: float = 0.5,
+    ) -> None:
+        self.targets = [t for t in fleet if t.url]
+        self.state = state
+        self.client = client
+        self.clock = clock
+        self.timeout_s = timeout_s
+        self.rounds = 0
+        self.errors = 0
+        self.last_error: dict[str, str] = {}
+
+    async def _one(self, target: Target) -> None:
+        url = f"{str(target.url).rstrip('/')}/metrics"
+        try:
+            resp = await self.client.get(url, timeout=self.timeout_s)
+            resp.raise_for_status()
+            picture = parse_vllm_metrics(resp.text)
+        except (httpx.HTTPError, ScrapeError, ValueError) as exc:
+            self.errors += 1
+            message = f"{type(exc).__name__}: {exc}"
+            if self.last_error.get(target.id) != message:
+                log.warning("scrape of %s failed: %s", url, message)
+            self.last_error[target.id] = message
+            return
+        self.last_error.pop(target.id, None)
+        apply_picture(self.state, target, picture, self.clock())
+
+    async def scrape_once(self) -> None:
+        """Scrape all targets concurrently; failures leave their pictures to age."""
+        self.rounds += 1
+        await asyncio.gather(*(self._one(t) for t in self.targets))
+
+    async def run(self, interval_s: float) -> None:
+        """Scrape forever, every `interval_s` (cancel the task to stop)."""
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            await self.scrape_once()
+            next_at = max(next_at + interval_s, loop.time())
+            await asyncio.sleep(next_at - loop.time())

@@ -1,0 +1,231 @@
+"""The routing API: route, feedback, telemetry, status, decisions, health, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import msgspec
+from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from slaguard.audit.records import OutcomeRecord
+from slaguard.audit.service import UnknownRequestError, explain
+from slaguard.service.runtime import FieldError, Pending, ServiceRuntime
+from slaguard.service.schemas import (
+    ID_PATTERN,
+    ErrorResponse,
+    FeedbackRequest,
+    FeedbackResponse,
+    RouteRequest,
+    RouteResponse,
+    TelemetryRequest,
+    TelemetryResponse,
+)
+from slaguard.telemetry.metrics import render_snapshot
+
+router = APIRouter()
+ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorResponse},
+    422: {"model": ErrorResponse},
+}
+_encode = msgspec.json.Encoder().encode
+
+
+def runtime_of(request: Request) -> ServiceRuntime:
+    """The runtime the app was built with."""
+    rt: ServiceRuntime = request.app.state.runtime
+    return rt
+
+
+class NotFoundError(LookupError):
+    """Answered as 404 with the message."""
+
+
+def route_body(rt: ServiceRuntime, entry: Pending, explain_it: bool) -> dict[str, Any]:
+    """The `/v1/route` answer for a decision."""
+    d = entry.decision
+    target = None if entry.target_index is None else rt.fleet.targets[entry.target_index]
+    targets = rt.fleet.targets
+    body: dict[str, Any] = {
+        "decision_id": entry.decision_id,
+        "target": None if target is None else target.id,
+        "url": None if target is None else target.url,
+        "served_model": d.served_model,
+        "outcome": d.outcome.value,
+        "arm": d.arm.value,
+        "mode": entry.mode,
+        "alternatives": [targets[i].id for i in d.alternatives] if target is not None else [],
+    }
+    if explain_it:
+        body["explanation"] = d.explanation.to_dict()
+    return body
+
+
+@router.post(
+    "/v1/route",
+    response_model=RouteResponse,
+    responses=ERRORS,
+    summary="Choose a target for one request",
+)
+async def route(
+    body: RouteRequest,
+    request: Request,
+    explain_it: bool = Query(False, alias="explain", description="include the explanation"),
+) -> Response:
+    rt = runtime_of(request)
+    if body.request_id is not None and body.request_id in rt.pending:
+        entry = rt.pending[body.request_id]
+    else:
+        rt.check_model(body.model)
+        priority = rt.priority_of(body.priority)
+        req = rt.request(
+            model=body.model,
+            prompt_tokens=body.prompt_tokens,
+            max_new_tokens=body.max_new_tokens,
+            priority=priority,
+            deadline_s=body.deadline_s,
+            request_id=body.request_id,
+            prefix_id=body.prefix_id or body.prompt_hash,
+        )
+        entry = rt.decide(req)
+    return Response(_encode(route_body(rt, entry, explain_it)), media_type="application/json")
+
+
+@router.post(
+    "/v1/feedback",
+    response_model=FeedbackResponse,
+    responses=ERRORS,
+    summary="Report how a routed request went",
+)
+async def feedback(body: FeedbackRequest, request: Request) -> FeedbackResponse:
+    rt = runtime_of(request)
+    entry = rt.pending.get(body.decision_id)
+    if entry is None:
+        return await _feedback_from_db(rt, body)
+    done = rt.finish(
+        entry,
+        body.status,
+        ttft_s=body.ttft_s,
+        tpot_s=body.tpot_s,
+        e2e_s=body.e2e_s,
+        prompt_tokens=body.prompt_tokens,
+        completion_tokens=body.completion_tokens,
+    )
+    return FeedbackResponse(
+        decision_id=body.decision_id,
+        recorded=done.recorded,
+        duplicate=done.duplicate,
+        sla_met=done.sla_met,
+    )
+
+
+async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> FeedbackResponse:
+    """A decision no longer held in memory: its outcome goes to the audit line only."""
+    found = None
+    if rt.store is not None:
+        found = await asyncio.to_thread(rt.store.find_decision, body.decision_id)
+    if found is None:
+        raise NotFoundError(
+            f"decision_id: no decision {body.decision_id!r}; fix: send the decision_id "
+            "that POST /v1/route returned"
+        )
+    if found.has_outcome:
+        return FeedbackResponse(
+            decision_id=body.decision_id, recorded=False, duplicate=True, sla_met=None
+        )
+    ok = body.status == "ok" and body.ttft_s is not None and body.ttft_s <= found.deadline_s
+    if rt.writer is not None:
+        rt.writer.enqueue(
+            OutcomeRecord(
+                body.decision_id, rt.clock(), body.ttft_s, body.tpot_s, body.e2e_s, body.status, ok
+            )
+        )
+    return FeedbackResponse(
+        decision_id=body.decision_id, recorded=True, duplicate=False, sla_met=ok
+    )
+
+
+@router.post(
+    "/v1/telemetry",
+    response_model=TelemetryResponse,
+    responses=ERRORS,
+    summary="Push one target's hardware picture",
+)
+async def telemetry(body: TelemetryRequest, request: Request) -> TelemetryResponse:
+    rt = runtime_of(request)
+    try:
+        target = rt.fleet.target(body.target)
+    except KeyError:
+        raise FieldError("target", f"unknown target {body.target!r}") from None
+    kv = body.kv_used_gb
+    if body.kv_used_ratio is not None:
+        kv = body.kv_used_ratio * target.kv_budget_gb
+    state = rt.scheduler.state
+    state.refresh(
+        target.index,
+        rt.clock(),
+        kv_used_gb=kv,
+        queue_depth=body.queue_depth,
+        memory_used_gb=body.memory_used_gb,
+    )
+    if body.healthy is not None:
+        state.set_healthy(target.index, body.healthy)
+    return TelemetryResponse(target=target.id, accepted=True)
+
+
+@router.get("/v1/status", summary="Fleet mode, weights, audit backlog and per-target picture")
+async def status(request: Request) -> dict[str, Any]:
+    return runtime_of(request).status()
+
+
+@router.get(
+    "/v1/decisions/{decision_id}",
+    responses=ERRORS,
+    summary="A stored decision with its explanation and outcome",
+)
+async def decision(
+    request: Request,
+    decision_id: str = Path(pattern=ID_PATTERN, description="the decision id (request id)"),
+) -> JSONResponse:
+    rt = runtime_of(request)
+    if rt.engine is None:
+        raise NotFoundError("no audit database configured; decisions are not stored")
+    try:
+        found = await asyncio.to_thread(explain, rt.engine, decision_id)
+    except UnknownRequestError:
+        hint = (
+            " yet (the audit writer stores it within a second)" if decision_id in rt.pending else ""
+        )
+        raise NotFoundError(f"decision_id: no stored decision {decision_id!r}{hint}") from None
+    body = {
+        "decision": found.decision,
+        "outcome": found.outcome,
+        "weights": found.weights,
+        "candidates": json.loads(found.candidates.to_json(orient="records")),
+        "rejected": json.loads(found.rejected.to_json(orient="records")),
+        "other": found.other,
+    }
+    return JSONResponse(jsonable_encoder(body))
+
+
+@router.get("/healthz", summary="Liveness: the process answers")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"model": ErrorResponse}}, summary="Readiness")
+async def readyz(request: Request) -> JSONResponse:
+    rt = runtime_of(request)
+    if rt.ready_problem is not None:
+        return JSONResponse({"error": f"not ready: {rt.ready_problem}"}, status_code=503)
+    return JSONResponse({"status": "ready", "fleet": rt.fleet.name, "targets": len(rt.fleet)})
+
+
+@router.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics")
+async def metrics(request: Request) -> Response:
+    text = render_snapshot(runtime_of(request).metrics.registry)
+    return Response(text, media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,266 @@
+"""The routing API on a real uvicorn server (127.0.0.1, free port), a real SQLite audit DB.
+
+Time is a settable clock handed to the service, so staleness is tested by moving the clock,
+not by sleeping. The audit writer is real: decisions are polled for in the database.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from slaguard.audit.service import UnknownRequestError, explain
+from slaguard.service.app import create_app
+from slaguard.service.bootstrap import Service, build_service
+from slaguard.service.config import load_config
+from slaguard.service.local import ServerThread
+
+FLEET = {
+    "name": "api-test",
+    "targets": [
+        {"id": "h100-8b", "model": "llama3.1-8b", "card": "h100"},
+        {"id": "l40s-8b", "model": "llama3.1-8b", "card": "l40s", "count": 2},
+        {"id": "a100-70b", "model": "llama3.1-70b", "card": "a100", "tp": 4},
+    ],
+}
+
+
+@dataclass
+class Clock:
+    """A settable wall clock (unix seconds)."""
+
+    now: float
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Running:
+    service: Service
+    server: ServerThread
+    client: httpx.Client
+    clock: Clock
+
+    def push_all(self) -> None:
+        for t in self.service.runtime.fleet:
+            r = self.client.post("/v1/telemetry", json={"target": t.id, "queue_depth": 0})
+            assert r.status_code == 200, r.text
+
+
+def _service(tmp: Path, clock: Clock, **extra: Any) -> Service:
+    fleet = tmp / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(FLEET))
+    cfg = load_config(
+        None,
+        {
+            "fleet": fleet,
+            "db": str(tmp / "audit.db"),
+            "telemetry": {"scrape": False, "stale_after_s": 1.0},
+            "notify_file": tmp / "incidents.jsonl",
+            **extra,
+        },
+    )
+    return build_service(cfg, clock=clock)
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    tmp = tmp_path_factory.mktemp("api")
+    clock = Clock(time.time())
+    service = _service(tmp, clock)
+    app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=10) as client:
+        yield Running(service, server, client, clock)
+    service.close()
+
+
+def poll(fn: Any, timeout_s: float = 10.0) -> Any:
+    """Call `fn` until it returns something truthy, or fail at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not met before the deadline")
+
+
+def stored_outcome(api: Running, decision_id: str) -> dict[str, Any] | None:
+    """The decision's stored outcome, None while the writer has not stored both yet."""
+    try:
+        return explain(api.service.engine, decision_id).outcome
+    except UnknownRequestError:
+        return None
+
+
+def test_health_ready_and_metrics(api: Running) -> None:
+    assert api.client.get("/healthz").json() == {"status": "ok"}
+    ready = api.client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["targets"] == 4
+    text = api.client.get("/metrics").text
+    assert "slaguard_decisions_total" in text and "slaguard_gateway_retries_total" in text
+
+
+def test_route_records_the_decision_with_its_explanation(api: Running) -> None:
+    api.push_all()
+    body = {"model": "llama3.1-8b", "prompt_tokens": 900, "max_new_tokens": 100}
+    r = api.client.post("/v1/route?explain=1", json={**body, "priority": "high"})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["target"] in {"h100-8b", "l40s-8b-0", "l40s-8b-1"}
+    assert out["outcome"] == "routed" and out["mode"] == "round_robin"
+    assert out["arm"] == "round_robin"
+    assert {c["target"] for c in out["explanation"]["candidates"]} == {
+        "h100-8b",
+        "l40s-8b-0",
+        "l40s-8b-1",
+    }
+    assert out["target"] not in out["alternatives"] and len(out["alternatives"]) == 2
+    url = f"/v1/decisions/{out['decision_id']}"
+    poll(lambda: api.client.get(url).status_code == 200)
+    stored = api.client.get(url).json()
+    assert stored["decision"]["target_id"] == out["target"]
+    assert stored["decision"]["priority"] == "high"
+    assert len(stored["candidates"]) == 3
+    # the same request id again is answered from memory, not decided twice
+    rid = {"request_id": "fixed-id-1", **body}
+    first = api.client.post("/v1/route", json=rid).json()
+    again = api.client.post("/v1/route", json=rid).json()
+    assert first == again and first["decision_id"] == "fixed-id-1"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"model": "llama3.1-8b", "prompt_tokens": -1, "max_new_tokens": 10}, "prompt_tokens"),
+        ({"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": -5}, "max_new_tokens"),
+        ({"model": "gpt-9", "prompt_tokens": 1, "max_new_tokens": 1}, "model"),
+        ({"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "priority": "vip"}, "priority"),  # noqa: E501
+        ({"model": "llama3.1-8b", "prompt_tokens": "many", "max_new_tokens": 1}, "prompt_tokens"),
+        ({"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "deadline_s": 0}, "deadline_s"),  # noqa: E501
+        ({"model": "llama3.1-8b", "prompt_tokens": 1}, "max_new_tokens"),
+        ({"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "colour": 1}, "colour"),
+        ({"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "request_id": "a b"}, "request_id"),  # noqa: E501
+    ],
+)
+def test_bad_route_input_names_the_field_and_records_nothing(
+    api: Running, body: dict[str, Any], field: str
+) -> None:
+    before = len(api.service.runtime.pending)
+    r = api.client.post("/v1/route", json=body)
+    assert r.status_code == 422
+    assert r.json()["error"].startswith(field), r.json()
+    assert len(api.service.runtime.pending) == before
+
+
+def test_malformed_json_is_a_422(api: Running) -> None:
+    r = api.client.post(
+        "/v1/route", content=b'{"model": ', headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 422 and "JSON" in r.json()["error"]
+
+
+def test_stale_picture_is_treated_as_saturated(api: Running) -> None:
+    api.push_all()
+    api.clock.now += 5.0  # every picture is now 5 s old: stale (> 1 s)
+    r = api.client.post(
+        "/v1/route?explain=1",
+        json={"model": "llama3.1-8b", "prompt_tokens": 100, "max_new_tokens": 10},
+    )
+    out = r.json()
+    assert out["outcome"] == "no_capacity" and out["target"] is None
+    reasons = {x["reason"] for x in out["explanation"]["rejected"]}
+    assert reasons == {"stale hardware picture: treated as saturated"}
+    api.client.post("/v1/telemetry", json={"target": "l40s-8b-1", "queue_depth": 3})
+    for _ in range(3):
+        out = api.client.post(
+            "/v1/route?explain=1",
+            json={"model": "llama3.1-8b", "prompt_tokens": 100, "max_new_tokens": 10},
+        ).json()
+        assert out["target"] == "l40s-8b-1"
+        assert len(out["explanation"]["rejected"]) == 2
+    status = api.client.get("/v1/status").json()
+    ages = {t["target"]: t["picture_age_s"] for t in status["targets"]}
+    assert ages["l40s-8b-1"] == 0.0 and ages["h100-8b"] >= 5.0
+
+
+def test_feedback_unknown_duplicate_and_recorded(api: Running) -> None:
+    api.push_all()
+    missing = api.client.post("/v1/feedback", json={"decision_id": "never-routed", "ttft_s": 1})
+    assert missing.status_code == 404 and "decision_id" in missing.json()["error"]
+    out = api.client.post(
+        "/v1/route", json={"model": "llama3.1-8b", "prompt_tokens": 10, "max_new_tokens": 5}
+    ).json()
+    fb = {"decision_id": out["decision_id"], "ttft_s": 0.5, "tpot_s": 0.02, "e2e_s": 0.6}
+    first = api.client.post("/v1/feedback", json=fb).json()
+    assert first == {
+        "decision_id": out["decision_id"],
+        "recorded": True,
+        "duplicate": False,
+        "sla_met": True,
+    }
+    second = api.client.post("/v1/feedback", json={**fb, "ttft_s": 99}).json()
+    assert second["duplicate"] is True and second["recorded"] is False
+    assert second["sla_met"] is True
+
+    outcome = poll(lambda: stored_outcome(api, out["decision_id"]))
+    assert outcome["ttft_s"] == 0.5 and outcome["sla_met"] is True
+    bad = api.client.post("/v1/feedback", json={"decision_id": "x", "ttft_s": -1})
+    assert bad.status_code == 422 and bad.json()["error"].startswith("ttft_s")
+
+
+def test_feedback_for_a_decision_only_in_the_database(api: Running) -> None:
+    api.push_all()
+    out = api.client.post(
+        "/v1/route", json={"model": "llama3.1-8b", "prompt_tokens": 10, "max_new_tokens": 5}
+    ).json()
+    poll(lambda: api.client.get(f"/v1/decisions/{out['decision_id']}").status_code == 200)
+    api.service.runtime.pending.pop(out["decision_id"])
+    r = api.client.post("/v1/feedback", json={"decision_id": out["decision_id"], "ttft_s": 9.0})
+    assert r.json() == {
+        "decision_id": out["decision_id"],
+        "recorded": True,
+        "duplicate": False,
+        "sla_met": False,
+    }
+    poll(lambda: stored_outcome(api, out["decision_id"]))
+    again = api.client.post("/v1/feedback", json={"decision_id": out["decision_id"]}).json()
+    assert again["duplicate"] is True
+
+
+def test_telemetry_push_updates_the_picture(api: Running) -> None:
+    r = api.client.post(
+        "/v1/telemetry",
+        json={"target": "h100-8b", "kv_used_ratio": 0.5, "queue_depth": 7, "healthy": False},
+    )
+    assert r.status_code == 200
+    rows = {t["target"]: t for t in api.client.get("/v1/status").json()["targets"]}
+    assert rows["h100-8b"]["queue_depth"] == 7 and rows["h100-8b"]["kv_used_ratio"] == 0.5
+    assert rows["h100-8b"]["healthy"] is False
+    api.client.post("/v1/telemetry", json={"target": "h100-8b", "healthy": True})
+    unknown = api.client.post("/v1/telemetry", json={"target": "nope", "queue_depth": 1})
+    assert unknown.status_code == 422 and unknown.json()["error"].startswith("target")
+    neg = api.client.post("/v1/telemetry", json={"target": "h100-8b", "queue_depth": -1})
+    assert neg.status_code == 422 and neg.json()["error"].startswith("queue_depth")
+
+
+def test_unknown_decision_lookup_is_404(api: Running) -> None:
+    r = api.client.get("/v1/decisions/no-such-decision")
+    assert r.status_code == 404 and "no stored decision" in r.json()["error"]
+
+
+def test_admin_endpoints_are_disabled_without_a_token(api: Running) -> None:
+    for path, body in (
+        ("/v1/mode", {"action": "rollback", "reason": "test"}),
+        ("/v1/alertmanager", {"version": "4", "status": "firing", "alerts": []}),
+    ):
+        r = api.client.post(path, json=body, headers={"Authorization": "Bearer anything-long"})
+        assert r.status_code == 403 and "disabled" in r.json()["error"]
