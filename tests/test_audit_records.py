@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from slaguard.audit.lines import decision_row, decode_lines, encode_record
 from slaguard.audit.records import DecisionRecord, OutcomeRecord
-from slaguard.audit.sink import decision_row, decode_lines, encode_record
 
 
 def decision(**overrides: object) -> DecisionRecord:

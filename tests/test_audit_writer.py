@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import Engine, func, select, text
 
 from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.lines import encode_record
 from slaguard.audit.models import Decision, Outcome
 from slaguard.audit.records import DecisionRecord, OutcomeRecord
 from slaguard.audit.sample import synthetic_run
@@ -117,7 +118,7 @@ def test_unreachable_database_spills_within_the_limit_and_refuses_beyond(
             accepted += 1
     assert 100 < accepted < len(RUN.decisions)
     deadline = time.monotonic() + 10
-    while writer.write_errors == 0 and time.monotonic() < deadline:
+    while not errors and time.monotonic() < deadline:
         time.sleep(0.01)
     stats = writer.stats()
     assert stats.queue_depth == accepted
@@ -135,3 +136,19 @@ def test_unreachable_database_spills_within_the_limit_and_refuses_beyond(
     assert list((tmp_path / "s").glob(f"*{SEGMENT_SUFFIX}"))
     with pytest.raises(RuntimeError, match="closed"):
         writer.enqueue(RUN.decisions[0])
+
+
+def test_a_corrupt_journal_line_is_skipped_not_retried_forever(
+    audit_engine: Engine, tmp_path: Path
+) -> None:
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    good = [encode_record(d) for d in RUN.decisions[:300]]
+    poison = [b"D{not json at all\x02{}\n", b'D{"request_id":"only-an-id"}\x02{}\n']
+    (spill / f"{0:020d}{SEGMENT_SUFFIX}").write_bytes(b"".join(good[:150] + poison + good[150:]))
+    with AuditWriter(audit_engine, spill, WriterSettings(copy_min_rows=1)) as writer:
+        assert writer.queue_depth == 302
+        assert writer.wait_flushed(30), writer.stats()
+        stats = writer.stats()
+    assert count(audit_engine, Decision) == 300
+    assert (stats.rows_written, stats.torn_records) == (300, 2)

@@ -18,6 +18,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from slaguard.audit.lines import json_encoder
+
 DEFAULT_SQLITE_FILE = "slaguard.db"
 DB_ENV_VAR = "SLAGUARD_DB"
 SQLITE_BUSY_TIMEOUT_S = 1.0
@@ -81,7 +83,7 @@ def default_spill_dir(url: URL) -> Path:
 
 
 def _compact_json(value: Any) -> str:
-    return msgspec.json.encode(value).decode()
+    return json_encoder.encode(value).decode()
 
 
 def _set_sqlite_pragmas(dbapi_conn: sqlite3.Connection, _record: object) -> None:

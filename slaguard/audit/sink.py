@@ -8,12 +8,11 @@ skip duplicates); smaller batches, and SQLite, use one prepared multi-row insert
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import msgspec
+import psycopg
 from sqlalchemy import (
     JSON,
     Boolean,
@@ -27,12 +26,11 @@ from sqlalchemy import (
     table,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.sql.expression import TableClause
 
-from slaguard.audit.models import UtcDateTime, utc_from_unix
-from slaguard.audit.records import AuditRecord, DecisionRecord
-
-log = logging.getLogger(__name__)
+from slaguard.audit.lines import DECISION_TAG, OUTCOME_TAG, decode_lines
+from slaguard.audit.models import UtcDateTime
 
 DECISION_COLUMNS: tuple[str, ...] = (
     "request_id", "decided_at", "model_id", "priority", "prompt_tokens", "max_new_tokens",
@@ -90,135 +88,39 @@ _OUTCOMES: TableClause = table(
 )
 
 
-class _DecisionWire(msgspec.Struct):
-    """A journalled decision as read back: the explanation stays raw JSON bytes."""
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """What one batch did: rows that were new, lines that could not be read."""
 
-    request_id: str
-    decided_at_s: float
-    model_id: str
-    priority: str
-    prompt_tokens: int
-    max_new_tokens: int
-    deadline_s: float
-    policy_arm: str
-    fleet_mode: str
-    outcome: str
-    target_id: str | None
-    card_type: str | None
-    explanation: msgspec.Raw
-    weights_version: str
-    config_hash: str
-    decision_latency_s: float
+    inserted: int
+    unreadable: int
 
 
-class _OutcomeWire(msgspec.Struct):
-    request_id: str
-    finished_at_s: float
-    ttft_s: float | None
-    tpot_s: float | None
-    e2e_s: float | None
-    status: str
-    sla_met: bool
+def write_lines(
+    conn: Connection, lines: Sequence[bytes], copy_min_rows: int, *, server_parse: bool = True
+) -> BatchResult:
+    """Insert journal lines (caller owns the transaction).
 
-
-def _encode_hook(value: object) -> object:
-    """JSON for any Mapping, and for explanation objects that offer `to_dict()`."""
-    if isinstance(value, Mapping):
-        return dict(value)
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        return to_dict()
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
-
-
-json_encoder = msgspec.json.Encoder(enc_hook=_encode_hook)
-"""Compact JSON for records, explanations and evidence."""
-
-_DECISION_TAG = b"D"
-_OUTCOME_TAG = b"O"
-_decode_decision = msgspec.json.Decoder(_DecisionWire).decode
-_decode_outcome = msgspec.json.Decoder(_OutcomeWire).decode
-
-
-def encode_record(record: AuditRecord) -> bytes:
-    """One journal line: a type tag, the record as JSON, a newline."""
-    tag = _DECISION_TAG if isinstance(record, DecisionRecord) else _OUTCOME_TAG
-    return tag + json_encoder.encode(record) + b"\n"
-
-
-@dataclass(slots=True)
-class DecodedBatch:
-    """Journal lines turned into insert rows, split per table."""
-
-    decision_rows: list[tuple[Any, ...]] = field(default_factory=list)
-    outcome_rows: list[tuple[Any, ...]] = field(default_factory=list)
-    unreadable: int = 0
-
-    def __len__(self) -> int:
-        return len(self.decision_rows) + len(self.outcome_rows)
-
-
-def decode_lines(lines: Iterable[bytes]) -> DecodedBatch:
-    """Journal lines -> rows; a line that does not decode is counted and logged, not fatal."""
-    batch = DecodedBatch()
-    for line in lines:
-        tag, body = line[:1], line[1:]
-        try:
-            if tag == _DECISION_TAG:
-                d = _decode_decision(body)
-                batch.decision_rows.append((
-                    d.request_id, utc_from_unix(d.decided_at_s), d.model_id, d.priority,
-                    d.prompt_tokens, d.max_new_tokens, d.deadline_s, d.policy_arm,
-                    d.fleet_mode, d.outcome, d.target_id, d.card_type,
-                    bytes(d.explanation).decode(), d.weights_version, d.config_hash,
-                    d.decision_latency_s,
-                ))  # fmt: skip
-            elif tag == _OUTCOME_TAG:
-                o = _decode_outcome(body)
-                batch.outcome_rows.append((
-                    o.request_id, utc_from_unix(o.finished_at_s), o.ttft_s, o.tpot_s,
-                    o.e2e_s, o.status, o.sla_met,
-                ))  # fmt: skip
-            else:
-                raise ValueError(f"unknown record tag {tag!r}")
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
-            log.error("audit journal: skipping an unreadable record (%s)", exc)
-            batch.unreadable += 1
-    return batch
-
-
-def decision_row(rec: DecisionRecord) -> tuple[Any, ...]:
-    """A decision as a row in `DECISION_COLUMNS` order (explanation as JSON text)."""
-    return (
-        rec.request_id, utc_from_unix(rec.decided_at_s), rec.model_id, rec.priority,
-        rec.prompt_tokens, rec.max_new_tokens, rec.deadline_s, rec.policy_arm,
-        rec.fleet_mode, rec.outcome, rec.target_id, rec.card_type,
-        json_encoder.encode(rec.explanation).decode(), rec.weights_version,
-        rec.config_hash, rec.decision_latency_s,
-    )  # fmt: skip
-
-
-def write_batch(conn: Connection, batch: DecodedBatch, copy_min_rows: int) -> int:
-    """Insert the batch (caller owns the transaction); return how many rows were new."""
+    On PostgreSQL, batches of `copy_min_rows` or more are COPYed verbatim and parsed by
+    the server (`json_to_record`), so the writer thread does almost no per-row Python work
+    and leaves the GIL to the router. `server_parse=False` decodes in Python first (the
+    fallback when the server rejects a batch as malformed, skipping only the bad lines).
+    """
+    if conn.dialect.name == "postgresql" and server_parse and len(lines) >= copy_min_rows:
+        return _copy_documents(conn, lines)
+    batch = decode_lines(lines)
     inserted = 0
     if batch.decision_rows:
-        inserted += _insert(conn, _DECISIONS, DECISION_COLUMNS, batch.decision_rows, copy_min_rows)
+        inserted += _insert(conn, _DECISIONS, DECISION_COLUMNS, batch.decision_rows)
     if batch.outcome_rows:
-        inserted += _insert(conn, _OUTCOMES, OUTCOME_COLUMNS, batch.outcome_rows, copy_min_rows)
-    return inserted
+        inserted += _insert(conn, _OUTCOMES, OUTCOME_COLUMNS, batch.outcome_rows)
+    return BatchResult(inserted, batch.unreadable)
 
 
 def _insert(
-    conn: Connection,
-    target: TableClause,
-    columns: tuple[str, ...],
-    rows: list[tuple[Any, ...]],
-    copy_min_rows: int,
+    conn: Connection, target: TableClause, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
 ) -> int:
-    dialect = conn.dialect.name
-    if dialect == "postgresql" and len(rows) >= copy_min_rows:
-        return _copy_insert(conn, target.name, columns, rows)
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     stmt = (
         insert(target)
         .on_conflict_do_nothing(index_elements=["request_id"])
@@ -229,24 +131,86 @@ def _insert(
     return inserted
 
 
-def _copy_insert(
-    conn: Connection, table_name: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
-) -> int:
-    stage = f"audit_stage_{table_name}"
-    names = ", ".join(columns)
+# JSON never contains raw control characters, so \x01 / \x02 as CSV quote and delimiter
+# make COPY take a journal line verbatim: header text, then the explanation (decisions).
+_COPY_DOCS = "COPY {stage} FROM STDIN WITH (FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01')"
+_DECISION_FIELDS = (
+    "request_id text, decided_at_s float8, model_id text, priority text, prompt_tokens int, "
+    "max_new_tokens int, deadline_s float8, policy_arm text, fleet_mode text, outcome text, "
+    "target_id text, card_type text, weights_version text, "
+    "config_hash text, decision_latency_s float8"
+)
+_OUTCOME_FIELDS = (
+    "request_id text, finished_at_s float8, ttft_s float8, tpot_s float8, e2e_s float8, "
+    "status text, sla_met boolean"
+)
+
+
+def _utc(seconds: str) -> str:
+    """Unix seconds -> timestamptz rounded exactly like `datetime.fromtimestamp` (whole
+    seconds, then the fraction to microseconds half-even), so both write paths agree."""
+    return (
+        f"(to_timestamp(floor({seconds})) + "
+        f"round(({seconds} - floor({seconds})) * 1e6) * interval '1 microsecond')"
+    )
+
+
+_FROM_DOCS = "FROM {stage} AS s, json_to_record(s.doc::json) AS r({fields})"
+_STAGE_COLUMNS = {"decisions": "doc text, explanation json", "outcomes": "doc text"}
+_INSERT_FROM_DOCS = {
+    "decisions": (
+        f"INSERT INTO decisions ({', '.join(DECISION_COLUMNS)}) "
+        f"SELECT r.request_id, {_utc('r.decided_at_s')}, r.model_id, r.priority, "
+        "r.prompt_tokens, r.max_new_tokens, r.deadline_s, r.policy_arm, r.fleet_mode, "
+        "r.outcome, r.target_id, r.card_type, s.explanation, r.weights_version, "
+        "r.config_hash, r.decision_latency_s "
+        + _FROM_DOCS.format(stage="audit_stage_decisions", fields=_DECISION_FIELDS)
+        + " ON CONFLICT (request_id) DO NOTHING"
+    ),
+    "outcomes": (
+        f"INSERT INTO outcomes ({', '.join(OUTCOME_COLUMNS)}) "
+        f"SELECT r.request_id, {_utc('r.finished_at_s')}, r.ttft_s, r.tpot_s, r.e2e_s, "
+        "r.status, r.sla_met "
+        + _FROM_DOCS.format(stage="audit_stage_outcomes", fields=_OUTCOME_FIELDS)
+        + " ON CONFLICT (request_id) DO NOTHING"
+    ),
+}
+
+
+def _copy_documents(conn: Connection, lines: Sequence[bytes]) -> BatchResult:
+    docs: dict[str, list[bytes]] = {"decisions": [], "outcomes": []}
+    for line in lines:
+        tag = line[:1]
+        if tag == DECISION_TAG:
+            docs["decisions"].append(line[1:])
+        elif tag == OUTCOME_TAG:
+            docs["outcomes"].append(line[1:])
+    unreadable = len(lines) - len(docs["decisions"]) - len(docs["outcomes"])
     raw = conn.connection.driver_connection
     assert raw is not None
+    inserted = 0
     with raw.cursor() as cur:
-        cur.execute(
-            f"CREATE TEMP TABLE IF NOT EXISTS {stage} "
-            f"(LIKE {table_name} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
-        )
-        with cur.copy(f"COPY {stage} ({names}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
-        cur.execute(
-            f"INSERT INTO {table_name} ({names}) SELECT {names} FROM {stage} "
-            "ON CONFLICT (request_id) DO NOTHING"
-        )
-        inserted: int = cur.rowcount
-    return inserted
+        for table, chunk in docs.items():
+            if not chunk:
+                continue
+            stage = f"audit_stage_{table}"
+            cur.execute(
+                f"CREATE TEMP TABLE IF NOT EXISTS {stage} ({_STAGE_COLUMNS[table]}) "
+                "ON COMMIT DELETE ROWS"
+            )
+            with cur.copy(_COPY_DOCS.format(stage=stage)) as copy:
+                copy.write(b"".join(chunk))
+            cur.execute(_INSERT_FROM_DOCS[table])
+            inserted += cur.rowcount
+    return BatchResult(inserted, unreadable)
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """True when a write failed because the database could not be reached (retry as is),
+    False when it refused the batch's content (the COPY path talks to psycopg directly,
+    so its errors arrive unwrapped)."""
+    return isinstance(
+        exc,
+        OperationalError | InterfaceError | OSError | psycopg.OperationalError
+        | psycopg.InterfaceError,
+    )  # fmt: skip

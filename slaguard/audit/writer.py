@@ -25,12 +25,13 @@ from types import TracebackType
 from typing import TypeVar
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import OperationalError
 
 from slaguard.audit.engine import create_audit_engine, default_spill_dir, shown_url
+from slaguard.audit.lines import encode_record
 from slaguard.audit.migrate import require_current_schema, upgrade
 from slaguard.audit.records import AuditRecord
-from slaguard.audit.sink import DecodedBatch, decode_lines, encode_record, write_batch
+from slaguard.audit.sink import is_unreachable, write_lines
 from slaguard.audit.spill import SpillJournal
 
 log = logging.getLogger(__name__)
@@ -236,24 +237,43 @@ class AuditWriter:
 
     def _run(self) -> None:
         while True:
-            self._journal.sync()
-            taken = self._take_batch()
-            if taken is None:
-                if self._stop.is_set():
+            try:
+                if not self._step():
                     return
-                self._wake.wait(self.settings.flush_interval_s)
-                self._wake.clear()
-                continue
-            lines, end_lsn, torn = taken
-            batch = decode_lines(lines)
-            if len(batch) and not self._write_with_retry(batch):
-                return
-            self._journal.commit(end_lsn)
-            with self._lock:
-                self._backlog -= len(lines)
-                self._torn += torn + batch.unreadable
-                if self._overflow and not self._pending and self._journal.pending_bytes == 0:
-                    self._overflow = False
+            except Exception as exc:
+                # Unexpected (a journal read, an fsync): everything is still in the
+                # journal, so forget the memory queue and replay from the last commit.
+                log.exception("audit writer: unexpected error; replaying from the journal")
+                self._record_failure(exc, first=False)
+                with self._lock:
+                    self._pending.clear()
+                    self._overflow = True
+                if self._stop.wait(self.settings.retry_max_s) and (
+                    time.monotonic() >= self._drain_deadline
+                ):
+                    return
+
+    def _step(self) -> bool:
+        """Sync the journal and write one batch; False when the thread should end."""
+        self._journal.sync()
+        taken = self._take_batch()
+        if taken is None:
+            if self._stop.is_set():
+                return False
+            self._wake.wait(self.settings.flush_interval_s)
+            self._wake.clear()
+            return True
+        lines, end_lsn, torn = taken
+        unreadable = self._write_with_retry(lines)
+        if unreadable is None:
+            return False
+        self._journal.commit(end_lsn)
+        with self._lock:
+            self._backlog -= len(lines)
+            self._torn += torn + unreadable
+            if self._overflow and not self._pending and self._journal.pending_bytes == 0:
+                self._overflow = False
+        return True
 
     def _take_batch(self) -> tuple[list[bytes], int, int] | None:
         """Lines from memory, or from the journal once memory is drained after overflow."""
@@ -273,29 +293,37 @@ class AuditWriter:
             return None
         return result.lines, result.next_lsn, result.torn
 
-    def _write_with_retry(self, batch: DecodedBatch) -> bool:
-        """Write until it works (True) or the drain deadline passes during close (False)."""
+    def _write_with_retry(self, lines: list[bytes]) -> int | None:
+        """Write until it works (unreadable line count) or the drain deadline passes
+        during close (None). A batch the server rejects for its content (not for being
+        unreachable) is retried with client-side decoding, which skips only bad lines."""
         backoff = self.settings.retry_initial_s
         failures = 0
+        server_parse = True
         while True:
             try:
                 with self.engine.begin() as conn:
-                    inserted = write_batch(conn, batch, self.settings.copy_min_rows)
-            except (SQLAlchemyError, OSError) as exc:
+                    result = write_lines(
+                        conn, lines, self.settings.copy_min_rows, server_parse=server_parse
+                    )
+            except Exception as exc:
                 failures += 1
                 self._record_failure(exc, first=failures == 1)
+                if server_parse and not is_unreachable(exc):
+                    server_parse = False
+                    continue
                 if self._stop.is_set() and time.monotonic() >= self._drain_deadline:
-                    return False
+                    return None
                 time.sleep(min(backoff, max(0.0, self._drain_deadline - time.monotonic())))
                 backoff = min(backoff * 2, self.settings.retry_max_s)
                 continue
             if failures:
                 log.info("audit writer: database back after %d failed attempts", failures)
             with self._lock:
-                self._rows_written += inserted
-                self._records_flushed += len(batch)
-            _notify(self._on_rows_written, inserted)
-            return True
+                self._rows_written += result.inserted
+                self._records_flushed += len(lines) - result.unreadable
+            _notify(self._on_rows_written, result.inserted)
+            return result.unreadable
 
     def _record_failure(self, exc: BaseException, first: bool) -> None:
         text = str(exc).strip()
