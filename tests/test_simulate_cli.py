@@ -1,0 +1,181 @@
+"""`slaguard simulate`: the report file, determinism by seed, one-line errors, --policy guarded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_engine_support import AZURE_FIXTURE, MOONCAKE_FIXTURE, without_wall_time
+from test_report_schema import schema_problems
+from typer.testing import CliRunner
+
+from slaguard.cli.main import app
+
+runner = CliRunner()
+FAULTS = """faults:
+  - {kind: jitter, target: l40s, start_s: 5, end_s: 20, factor: 3}
+  - {kind: load_spike, start_s: 10, end_s: 20, factor: 2}
+"""
+
+
+def simulate(tmp_path: Path, *args: str, name: str = "report.json") -> dict[str, Any]:
+    """Run the command, expect success, return the JSON report it wrote."""
+    out = tmp_path / name
+    result = runner.invoke(app, ["simulate", *args, "--report-json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "SLA violation rate" in result.stdout
+    assert f"report written to {out}" in result.stderr
+    report: dict[str, Any] = json.loads(out.read_text())
+    return report
+
+
+def one_line_error(*args: str) -> str:
+    result = runner.invoke(app, ["simulate", *args])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert "Traceback" not in result.stderr
+    return result.stderr
+
+
+@pytest.fixture
+def faults_file(tmp_path: Path) -> Path:
+    path = tmp_path / "faults.yaml"
+    path.write_text(FAULTS)
+    return path
+
+
+def test_report_json_is_the_documented_report(tmp_path: Path, faults_file: Path) -> None:
+    args = ("--trace", str(AZURE_FIXTURE), "--faults", str(faults_file), "--rate-scale", "2")
+    report = simulate(tmp_path, *args, "--policy", "round-robin", "--seed", "3")
+    assert schema_problems(report) == []
+    assert report["policy"] == "round-robin"
+    # the replayed trace: 200 requests plus one copy of each of the 18 in the spike window
+    assert report["trace"] == {"path": str(AZURE_FIXTURE), "requests": 218, "duration_s": 61.263537}
+    assert report["requests"]["total"] == 218
+    assert [f["kind"] for f in report["faults"]] == ["jitter", "load_spike"]
+    assert (report["rate_scale"], report["seed"], report["fleet"]) == (2.0, 3, "default-mixed")
+    assert report["weights"]["version"] == "eg-0"
+    assert len(report["weights"]["values"]) == 5
+
+
+def test_same_seed_same_numbers_other_seed_other_copies(tmp_path: Path, faults_file: Path) -> None:
+    args = ("--trace", str(AZURE_FIXTURE), "--faults", str(faults_file), "--policy", "learned")
+    first = simulate(tmp_path, *args, "--seed", "5", name="a.json")
+    again = simulate(tmp_path, *args, "--seed", "5", name="b.json")
+    other = simulate(tmp_path, *args, "--seed", "6", name="c.json")
+    assert without_wall_time(first) == without_wall_time(again)
+    assert first["wall_s"] > 0 and first["decision_latency_s"]["p50"] > 0
+    assert without_wall_time(first) != without_wall_time(other)
+
+
+def test_mooncake_trace_by_content_and_duration_cut(tmp_path: Path) -> None:
+    report = simulate(tmp_path, "--trace", str(MOONCAKE_FIXTURE), "--duration", "30")
+    assert report["trace"]["requests"] == report["requests"]["total"] == 92
+    assert report["trace"]["duration_s"] <= 30.0
+
+
+def test_rollout_stages_follow_the_stage_options(tmp_path: Path) -> None:
+    report = simulate(
+        tmp_path,
+        *("--trace", str(AZURE_FIXTURE), "--policy", "rollout"),
+        *("--baseline-s", "6", "--stage-s", "4"),
+    )
+    modes = [(m["at_s"], m["mode"]) for m in report["guard"]["mode_timeline"]]
+    assert modes == [
+        (0.0, "round_robin"),
+        (6.0, "rollout(10)"),
+        (10.0, "rollout(50)"),
+        (14.0, "rollout(100)"),
+        (18.0, "learned"),
+    ]
+
+
+def test_guarded_is_refused_clearly_or_reports_a_guard(tmp_path: Path) -> None:
+    """Flips by itself when the guard is wired in: then the report needs its guard section."""
+    out = tmp_path / "guarded.json"
+    args = ["simulate", "--trace", str(AZURE_FIXTURE), "--policy", "guarded"]
+    result = runner.invoke(app, [*args, "--report-json", str(out)])
+    if result.exit_code == 0:
+        report = json.loads(out.read_text())
+        assert schema_problems(report) == []
+        assert report["policy"] == "guarded"
+        assert report["guard"]["mode_timeline"][0]["at_s"] == 0.0
+        return
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "--policy guarded" in result.stderr and "guard" in result.stderr
+    assert "rollout" in result.stderr, "the message names what to use instead"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("when,prompt\n1,2\n", "cannot tell the trace format"),
+        ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.6805900,3\n", "GeneratedTokens"),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,many,3\n",
+            ":2:",
+        ),
+        ("", "empty"),
+    ],
+)
+def test_bad_trace_is_one_line(tmp_path: Path, content: str, problem: str) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_text(content)
+    message = one_line_error("--trace", str(path))
+    assert str(path) in message and problem in message and "fix:" in message
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("faults: [\n", "invalid YAML"),
+        ("faults:\n  - {kind: meltdown, start_s: 1}\n", "kind"),
+        ("faults:\n  - {kind: jitter, target: l40s, start_s: 9, end_s: 5, factor: 2}\n", ":2:"),
+        ("faults:\n  - {kind: fail, target: b200-8b, start_s: 1, end_s: 5}\n", "b200-8b"),
+        ("faults:\n  - {kind: new_model, model: gpt-5, start_s: 1, latency_factor: 2}\n", "gpt-5"),
+    ],
+)
+def test_bad_faults_file_is_one_line(tmp_path: Path, content: str, problem: str) -> None:
+    path = tmp_path / "faults.yaml"
+    path.write_text(content)
+    message = one_line_error("--trace", str(AZURE_FIXTURE), "--faults", str(path))
+    assert str(path) in message and problem in message and "fix:" in message
+
+
+def test_missing_files_and_bad_options_are_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.csv"
+    assert "file not found" in one_line_error("--trace", str(missing))
+    message = one_line_error("--trace", str(AZURE_FIXTURE), "--faults", str(tmp_path / "x.yaml"))
+    assert "x.yaml: file not found" in message
+    message = one_line_error("--trace", str(AZURE_FIXTURE), "--fleet", str(tmp_path / "f.yaml"))
+    assert "f.yaml" in message
+    unwritable = tmp_path / "no" / "such" / "dir" / "r.json"
+    result = runner.invoke(
+        app, ["simulate", "--trace", str(AZURE_FIXTURE), "--report-json", str(unwritable)]
+    )
+    assert result.exit_code == 2 and "cannot write report" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_real_process_prints_one_line_and_exits_2(tmp_path: Path) -> None:
+    """Outside the test runner too: no traceback reaches the terminal."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "slaguard", "simulate", "--trace", str(tmp_path / "gone.csv")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert (
+        proc.stderr
+        == f"error: {tmp_path / 'gone.csv'}: file not found; fix: pass an existing trace file\n"
+    )
