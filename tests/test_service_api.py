@@ -143,12 +143,21 @@ def test_route_records_the_decision_with_its_explanation(api: Running) -> None:
         ({"model": "llama3.1-8b", "prompt_tokens": -1, "max_new_tokens": 10}, "prompt_tokens"),
         ({"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": -5}, "max_new_tokens"),
         ({"model": "gpt-9", "prompt_tokens": 1, "max_new_tokens": 1}, "model"),
-        ({"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "priority": "vip"}, "priority"),  # noqa: E501
+        (
+            {"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "priority": "vip"},
+            "priority",
+        ),
         ({"model": "llama3.1-8b", "prompt_tokens": "many", "max_new_tokens": 1}, "prompt_tokens"),
-        ({"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "deadline_s": 0}, "deadline_s"),  # noqa: E501
+        (
+            {"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "deadline_s": 0},
+            "deadline_s",
+        ),
         ({"model": "llama3.1-8b", "prompt_tokens": 1}, "max_new_tokens"),
         ({"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "colour": 1}, "colour"),
-        ({"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "request_id": "a b"}, "request_id"),  # noqa: E501
+        (
+            {"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "request_id": "a b"},
+            "request_id",
+        ),
     ],
 )
 def test_bad_route_input_names_the_field_and_records_nothing(

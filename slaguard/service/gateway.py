@@ -73,6 +73,15 @@ class UpstreamError(Exception):
 
 
 @dataclass(slots=True)
+class Upstream:
+    """An answer whose first bytes arrived: the response, those bytes, the rest to come."""
+
+    response: httpx.Response
+    first: bytes
+    rest: AsyncIterator[bytes]
+
+
+@dataclass(slots=True)
 class StreamMeter:
     """Watches the SSE bytes going by: first token time, token count, backend usage."""
 
@@ -191,9 +200,9 @@ async def _proxy(
         doc = json.loads(raw)
         doc["model"] = entry.decision.served_model
         raw = json.dumps(doc).encode()
-    opened = await _open_upstream(request, rt, entry, path, raw, body.stream)
+    up = await _open_upstream(request, rt, entry, path, raw, body.stream)
     rt.record_decision(entry, decide_s)
-    resp, first = opened
+    resp = up.response
     meter = StreamMeter(started)
     out_headers = {
         "x-slaguard-decision-id": entry.decision_id,
@@ -201,13 +210,14 @@ async def _proxy(
     }
     media = resp.headers.get("content-type", "application/json")
     if not body.stream or resp.status_code >= 400:
-        rest = await resp.aread()
-        await resp.aclose()
-        content = first + rest
+        try:
+            content = up.first + b"".join([chunk async for chunk in up.rest])
+        finally:
+            await resp.aclose()
         _finish_whole(rt, entry, meter, resp.status_code, content)
         return Response(content, resp.status_code, out_headers, media_type=media)
     return StreamingResponse(
-        _relay(rt, entry, meter, resp, first, request),
+        _relay(rt, entry, meter, up),
         resp.status_code,
         out_headers,
         media_type=media,
@@ -216,7 +226,7 @@ async def _proxy(
 
 async def _open_upstream(
     request: Request, rt: ServiceRuntime, entry: Pending, path: str, raw: bytes, stream: bool
-) -> tuple[httpx.Response, bytes]:
+) -> Upstream:
     """Send to the chosen target; once more to the next-best one if it fails first."""
     client: httpx.AsyncClient = request.app.state.http
     gm = rt.gateway_metrics
@@ -248,9 +258,7 @@ async def _open_upstream(
     raise HTTPException(502, "backend failed before answering: " + "; ".join(failures))
 
 
-async def _first_byte(
-    client: httpx.AsyncClient, target: Target, path: str, raw: bytes
-) -> tuple[httpx.Response, bytes]:
+async def _first_byte(client: httpx.AsyncClient, target: Target, path: str, raw: bytes) -> Upstream:
     if not target.url:
         raise UpstreamError("no URL configured for this target")
     req = client.build_request(
@@ -263,12 +271,13 @@ async def _first_byte(
     try:
         if resp.status_code >= 500:
             raise UpstreamError(f"HTTP {resp.status_code}")
+        chunks = resp.aiter_raw()
         first = b""
-        async for chunk in resp.aiter_raw():
+        async for chunk in chunks:
             if chunk:
                 first = chunk
                 break
-        return resp, first
+        return Upstream(resp, first, chunks)
     except BaseException:
         await resp.aclose()
         raise
@@ -304,20 +313,15 @@ def _finish_whole(
 
 
 async def _relay(
-    rt: ServiceRuntime,
-    entry: Pending,
-    meter: StreamMeter,
-    resp: httpx.Response,
-    first: bytes,
-    request: Request,
+    rt: ServiceRuntime, entry: Pending, meter: StreamMeter, up: Upstream
 ) -> AsyncIterator[bytes]:
     """Pass the backend's bytes through unchanged, metering them; never retry."""
     status: RequestStatus = "ok"
     try:
-        if first:
-            meter.feed(first)
-            yield first
-        async for chunk in resp.aiter_raw():
+        if up.first:
+            meter.feed(up.first)
+            yield up.first
+        async for chunk in up.rest:
             meter.feed(chunk)
             yield chunk
     except httpx.HTTPError as exc:
@@ -330,7 +334,7 @@ async def _relay(
         status = "failed"
         raise
     finally:
-        await resp.aclose()
+        await up.response.aclose()
         end = time.perf_counter()
         ttft = None if meter.first_token_at is None else meter.first_token_at - meter.started
         usage = meter.usage or {}

@@ -1,0 +1,224 @@
+"""The gateway end to end: real emulators and a real service on 127.0.0.1.
+
+Covers pass-through streaming with TTFT measured and fed back, the retry-before-first-byte
+rule (and never after it), failures of every candidate, bad input, no capacity, and the
+`/metrics` scraper keeping the router's picture fresh.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from slaguard.audit.service import UnknownRequestError, explain
+from slaguard.emulator.app import create_emulator_app
+from slaguard.fleet import build_fleet
+from slaguard.service.app import create_app
+from slaguard.service.bootstrap import Service, build_service
+from slaguard.service.config import load_config
+from slaguard.service.local import ServerThread
+
+CARDS = ("h100", "l40s", "a100")
+MODEL = "llama3.1-8b"
+
+
+@dataclass
+class Stack:
+    service: Service
+    client: httpx.Client
+    emulators: dict[str, str]
+
+    def fault(self, target: str, path: str, body: dict[str, Any] | None = None) -> None:
+        r = self.client.post(f"{self.emulators[target]}/admin/{path}", json=body or {})
+        assert r.status_code == 200
+
+    def retries(self) -> float:
+        return self.service.runtime.gateway_metrics.retries._value.get()
+
+    def outcome(self, decision_id: str, timeout_s: float = 10.0) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                found = explain(self.service.engine, decision_id)
+                if found.outcome is not None:
+                    return found
+            except UnknownRequestError:
+                pass
+            time.sleep(0.02)
+        raise AssertionError(f"no stored outcome for {decision_id}")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("gateway")
+    servers: dict[str, ServerThread] = {}
+    for card in CARDS:
+        target = build_fleet({"targets": [{"id": card, "model": MODEL, "card": card}]}).targets[0]
+        servers[card] = ServerThread(create_emulator_app(target, speedup=4.0)).start()
+    fleet = {
+        "targets": [
+            {"id": f"{c}-8b", "model": MODEL, "card": c, "url": servers[c].url} for c in CARDS
+        ]
+    }
+    (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+    cfg = load_config(
+        None,
+        {
+            "fleet": tmp / "fleet.yaml",
+            "db": str(tmp / "audit.db"),
+            "telemetry": {"scrape_interval_s": 0.1, "stale_after_s": 2.0},
+            "notify_file": tmp / "incidents.jsonl",
+        },
+    )
+    service = build_service(cfg)
+    app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        emulators = {f"{c}-8b": servers[c].url for c in CARDS}
+        yield Stack(service, client, emulators)
+    service.close()
+    for s in servers.values():
+        s.stop()
+
+
+def _chat(tokens: int = 4, stream: bool = True, text: str = "hello there") -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": tokens,
+        "stream": stream,
+        "stream_options": {"include_usage": True},
+    }
+
+
+def test_scraper_keeps_the_picture_fresh(stack: Stack) -> None:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        rows = stack.client.get("/v1/status").json()["targets"]
+        if all(r["picture_age_s"] < 0.5 for r in rows):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"pictures not refreshed: {rows}")
+
+
+def test_stream_passes_through_and_is_measured(stack: Stack) -> None:
+    r = stack.client.post("/v1/chat/completions", json=_chat(6), headers={"X-Request-Id": "gw-1"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    assert r.headers["x-slaguard-decision-id"] == "gw-1"
+    events = [e for e in r.text.split("\n\n") if e.startswith("data: {")]
+    assert len(events) == 7 and r.text.endswith("data: [DONE]\n\n")
+    found = stack.outcome("gw-1")
+    out = found.outcome
+    assert out["status"] == "ok" and out["sla_met"] is True
+    assert 0 < out["ttft_s"] < out["e2e_s"] and out["tpot_s"] > 0
+    assert found.decision["target_id"] == r.headers["x-slaguard-target"]
+    metrics = stack.client.get("/metrics").text
+    target = r.headers["x-slaguard-target"]
+    line = next(x for x in metrics.splitlines() if x.startswith("slaguard_ttft_seconds_count{"))
+    assert line.endswith("1.0") or target not in line
+    dup = stack.client.post("/v1/chat/completions", json=_chat(), headers={"X-Request-Id": "gw-1"})
+    assert dup.status_code == 409 and dup.json()["error"].startswith("X-Request-Id")
+
+
+def test_whole_answer_is_returned_unchanged(stack: Stack) -> None:
+    r = stack.client.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 3})
+    assert r.status_code == 200
+    assert r.json()["usage"]["completion_tokens"] == 3 and r.json()["object"] == "text_completion"
+    out = stack.outcome(r.headers["x-slaguard-decision-id"]).outcome
+    assert out["ttft_s"] is None and out["e2e_s"] > 0 and out["status"] == "ok"
+
+
+def test_failure_before_the_first_byte_is_retried_once(stack: Stack) -> None:
+    stack.fault("l40s-8b", "fail", {"mode": "refuse"})
+    try:
+        before = stack.retries()
+        served = []
+        for i in range(3):  # round-robin: one of the three lands on the refusing target
+            r = stack.client.post(
+                "/v1/chat/completions", json=_chat(), headers={"X-Request-Id": f"retry-{i}"}
+            )
+            assert r.status_code == 200, r.text
+            served.append(r.headers["x-slaguard-target"])
+        assert "l40s-8b" not in served
+        assert stack.retries() == before + 1
+        notes = [
+            n
+            for i in range(3)
+            for n in stack.outcome(f"retry-{i}").other.get("notes", [])
+            if "before the first byte" in n
+        ]
+        assert len(notes) == 1 and notes[0].startswith("gateway: l40s-8b failed")
+    finally:
+        stack.fault("l40s-8b", "recover")
+
+
+def test_failure_after_the_first_byte_is_never_retried(stack: Stack) -> None:
+    stack.fault("a100-8b", "fail", {"mode": "break"})
+    try:
+        before = stack.retries()
+        broken = 0
+        for i in range(3):
+            with stack.client.stream(
+                "POST", "/v1/chat/completions", json=_chat(5), headers={"X-Request-Id": f"brk-{i}"}
+            ) as r:
+                target = r.headers["x-slaguard-target"]
+                try:
+                    body = b"".join(r.iter_raw())
+                except httpx.HTTPError:
+                    body = b""
+            if target == "a100-8b":
+                broken += 1
+                assert b"[DONE]" not in body
+                out = stack.outcome(f"brk-{i}").outcome
+                assert out["status"] == "failed" and out["ttft_s"] is not None
+        assert broken == 1 and stack.retries() == before
+    finally:
+        stack.fault("a100-8b", "recover")
+
+
+def test_every_candidate_failing_is_a_502(stack: Stack) -> None:
+    for t in stack.emulators:
+        stack.fault(t, "fail", {"mode": "refuse"})
+    try:
+        r = stack.client.post("/v1/chat/completions", json=_chat())
+        assert r.status_code == 502
+        assert r.json()["error"].count("HTTP 503") == 2  # the chosen one and one retry
+    finally:
+        for t in stack.emulators:
+            stack.fault(t, "recover")
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "field"),
+    [
+        ({**_chat(), "model": "gpt-9"}, {}, "model"),
+        ({"model": MODEL}, {}, "messages"),
+        ({**_chat(), "max_tokens": 0}, {}, "max_tokens"),
+        (_chat(), {"X-Slaguard-Priority": "vip"}, "X-Slaguard-Priority"),
+        (_chat(), {"X-Slaguard-Deadline-S": "-1"}, "x-slaguard-deadline-s"),
+    ],
+)
+def test_bad_gateway_input(
+    stack: Stack, body: dict[str, Any], headers: dict[str, str], field: str
+) -> None:
+    r = stack.client.post("/v1/chat/completions", json=body, headers=headers)
+    assert r.status_code == 422 and r.json()["error"].startswith(field), r.json()
+
+
+def test_no_capacity_is_a_503(stack: Stack, tmp_path: Path) -> None:
+    rt = stack.service.runtime
+    for t in rt.fleet:
+        rt.scheduler.state.set_healthy(t.index, False)
+    try:
+        r = stack.client.post("/v1/chat/completions", json=_chat())
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert "no capacity" in r.json()["error"]
+    finally:
+        for t in rt.fleet:
+            rt.scheduler.state.set_healthy(t.index, True)

@@ -1,0 +1,197 @@
+"""Admin endpoints on a real server: bearer auth, manual modes, the Alertmanager receiver.
+
+Every mode switch must land in the audit database's `fleet_state` row and `mode_changes`
+log; an Alertmanager rollback also opens an incident and writes its message to a file.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from pydantic import SecretStr
+from sqlalchemy import select
+
+from slaguard.audit.models import Incident, ModeChange
+from slaguard.audit.store import current_mode
+from slaguard.service.app import create_app
+from slaguard.service.bootstrap import Service, build_service
+from slaguard.service.config import load_config
+from slaguard.service.local import ServerThread
+
+TOKEN = "test-admin-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+FLEET = {"targets": [{"id": "l40s-8b", "model": "llama3.1-8b", "card": "l40s", "count": 3}]}
+
+
+@dataclass
+class Admin:
+    service: Service
+    client: httpx.Client
+    tmp: Path
+
+    def rows(self, model: Any) -> list[Any]:
+        with self.service.engine.connect() as conn:
+            return list(conn.execute(select(model.__table__)).mappings())
+
+
+@pytest.fixture(scope="module")
+def admin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Admin]:
+    tmp = tmp_path_factory.mktemp("admin")
+    (tmp / "fleet.yaml").write_text(yaml.safe_dump(FLEET))
+    cfg = load_config(
+        None,
+        {
+            "fleet": tmp / "fleet.yaml",
+            "db": str(tmp / "audit.db"),
+            "telemetry": {"scrape": False},
+            "notify_file": tmp / "incidents.jsonl",
+            "alertmanager": {"rollback_alerts": ["SlaguardTtftBudgetBurnFast"]},
+        },
+    )
+    service = build_service(cfg)
+    app = create_app(service.runtime, admin_token=SecretStr(TOKEN), readiness=service.readiness)
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=10) as client:
+        yield Admin(service, client, tmp)
+    service.close()
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong-token-wrong-token"},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"Authorization": f"Bearer {TOKEN}x"},
+    ],
+)
+def test_admin_needs_the_exact_bearer_token(admin: Admin, headers: dict[str, str]) -> None:
+    r = admin.client.post("/v1/mode", json={"action": "hold", "reason": "x"}, headers=headers)
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    assert "bearer token" in r.json()["error"]
+    # an unauthenticated caller learns nothing about the body: 401 even for garbage
+    bad = admin.client.post("/v1/alertmanager", json={"nonsense": 1}, headers=headers)
+    assert bad.status_code == 401
+
+
+def test_manual_resume_rollback_hold_are_stored(admin: Admin) -> None:
+    engine = admin.service.engine
+    assert current_mode(engine).mode == "round_robin"
+    r = admin.client.post(
+        "/v1/mode",
+        json={"action": "resume", "reason": "baseline reviewed", "actor": "alice", "stage_pct": 50},
+        headers=AUTH,
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["changed"] is True and r.json()["mode"] == "rollout(50)"
+    stored = current_mode(engine)
+    assert (stored.mode, stored.actor) == ("rollout(50)", "api:alice")
+    assert stored.version == r.json()["version"] == 1
+    assert admin.service.runtime.modes.current().label == "rollout(50)"
+    again = admin.client.post(
+        "/v1/mode", json={"action": "resume", "reason": "again", "stage_pct": 50}, headers=AUTH
+    ).json()
+    assert again["changed"] is False and again["version"] == 1
+    r = admin.client.post("/v1/mode", json={"action": "hold", "reason": "freeze"}, headers=AUTH)
+    assert r.json()["mode"] == "held_round_robin" and current_mode(engine).version == 2
+    changes = admin.rows(ModeChange)
+    assert [(c["from_mode"], c["to_mode"]) for c in changes[-2:]] == [
+        ("round_robin", "rollout(50)"),
+        ("rollout(50)", "held_round_robin"),
+    ]
+    assert changes[-1]["reason"].startswith("manual_hold: freeze")
+    metrics = admin.client.get("/metrics").text
+    assert 'slaguard_fleet_mode{mode="held_round_robin"} 1.0' in metrics
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"action": "explode", "reason": "x"}, "action"),
+        ({"action": "hold"}, "reason"),
+        ({"action": "resume", "reason": "x", "stage_pct": 0}, "stage_pct"),
+        ({"action": "hold", "reason": "x", "stage_pct": 10}, "stage_pct"),
+    ],
+)
+def test_bad_mode_bodies(admin: Admin, body: dict[str, Any], field: str) -> None:
+    r = admin.client.post("/v1/mode", json=body, headers=AUTH)
+    assert r.status_code == 422 and r.json()["error"].startswith(field), r.json()
+
+
+def _webhook(name: str, status: str = "firing") -> dict[str, Any]:
+    alert = {
+        "status": status,
+        "labels": {"alertname": name, "severity": "page"},
+        "annotations": {"summary": "TTFT error budget burning 14.4x"},
+        "startsAt": "2026-01-01T00:00:00Z",
+        "endsAt": "0001-01-01T00:00:00Z",
+        "fingerprint": "abc",
+    }
+    return {
+        "version": "4",
+        "status": status,
+        "receiver": "slaguard",
+        "groupKey": "{}:{}",
+        "groupLabels": {"alertname": name},
+        "commonLabels": {"alertname": name},
+        "commonAnnotations": {},
+        "externalURL": "http://alertmanager",
+        "alerts": [alert],
+    }
+
+
+def test_alertmanager_rollback_is_recorded_with_its_incident(admin: Admin) -> None:
+    admin.client.post(
+        "/v1/mode", json={"action": "resume", "reason": "start", "stage_pct": 10}, headers=AUTH
+    )
+    ignored = admin.client.post("/v1/alertmanager", json=_webhook("SomethingElse"), headers=AUTH)
+    assert ignored.json()["action"] == "none" and ignored.json()["mode"] == "rollout(10)"
+    resolved = admin.client.post(
+        "/v1/alertmanager", json=_webhook("SlaguardTtftBudgetBurnFast", "resolved"), headers=AUTH
+    )
+    assert resolved.json()["action"] == "none"
+    r = admin.client.post(
+        "/v1/alertmanager", json=_webhook("SlaguardTtftBudgetBurnFast"), headers=AUTH
+    )
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "received": 1,
+        "matched": ["SlaguardTtftBudgetBurnFast"],
+        "action": "rollback",
+        "mode": "round_robin",
+    }
+    stored = current_mode(admin.service.engine)
+    assert (stored.mode, stored.actor) == ("round_robin", "alertmanager")
+    change = admin.rows(ModeChange)[-1]
+    incident = admin.rows(Incident)[-1]
+    assert change["incident_id"] == incident["id"]
+    assert change["reason"].startswith("manual_rollback: alertmanager: SlaguardTtftBudgetBurnFast")
+    assert incident["detector"] == "alertmanager"
+    assert incident["subject"] == "SlaguardTtftBudgetBurnFast"
+    # the same alert again (Alertmanager repeats): no second switch
+    again = admin.client.post(
+        "/v1/alertmanager", json=_webhook("SlaguardTtftBudgetBurnFast"), headers=AUTH
+    ).json()
+    assert again["action"].startswith("none") and current_mode(admin.service.engine).version == (
+        stored.version
+    )
+    notes = admin.tmp / "incidents.jsonl"
+    deadline = time.monotonic() + 10
+    while not notes.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = [json.loads(x) for x in notes.read_text().splitlines()]
+    assert lines[0]["incident"]["detector"] == "alertmanager"
+    assert lines[0]["incident"]["mode_after"] == "round_robin"
+
+
+def test_bad_alertmanager_payload(admin: Admin) -> None:
+    bad = _webhook("SlaguardTtftBudgetBurnFast") | {"version": "3"}
+    r = admin.client.post("/v1/alertmanager", json=bad, headers=AUTH)
+    assert r.status_code == 422 and r.json()["error"].startswith("version")
