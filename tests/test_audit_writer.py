@@ -11,11 +11,12 @@ from sqlalchemy import Engine, func, select, text
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.lines import encode_record
+from slaguard.audit.migrate import SchemaNotCurrentError
 from slaguard.audit.models import Decision, Outcome
 from slaguard.audit.records import DecisionRecord, OutcomeRecord
 from slaguard.audit.sample import synthetic_run
 from slaguard.audit.spill import SEGMENT_SUFFIX
-from slaguard.audit.writer import AuditWriter, SpillFullError, WriterSettings
+from slaguard.audit.writer import AuditWriter, SpillFullError, WriterSettings, open_writer
 
 RUN = synthetic_run(600, seed=11)
 UNREACHABLE_PG = "postgresql+psycopg://postgres@127.0.0.1:1/nowhere"
@@ -152,3 +153,15 @@ def test_a_corrupt_journal_line_is_skipped_not_retried_forever(
         stats = writer.stats()
     assert count(audit_engine, Decision) == 300
     assert (stats.rows_written, stats.torn_records) == (300, 2)
+
+
+def test_open_writer_migrates_and_spills_beside_the_sqlite_file(tmp_path: Path) -> None:
+    db = tmp_path / "sim.db"
+    with open_writer(f"sqlite:///{db}", migrate=True) as writer:
+        enqueue_all(writer, RUN.decisions[:20])
+        assert writer.wait_flushed(10)
+    assert (tmp_path / "sim.db.spill").is_dir()
+    assert count(create_audit_engine(f"sqlite:///{db}"), Decision) == 20
+    fresh = tmp_path / "fresh.db"
+    with pytest.raises(SchemaNotCurrentError, match="slaguard db upgrade"):
+        open_writer(f"sqlite:///{fresh}")

@@ -1,9 +1,10 @@
 """Writing one batch of records into the database, idempotently by request id.
 
-PostgreSQL batches of `copy_min_rows` or more go through `COPY` into a session-local
-staging table, then `INSERT ... SELECT ... ON CONFLICT DO NOTHING` (COPY itself cannot
-skip duplicates); smaller batches, and SQLite, use one prepared multi-row insert with
-`ON CONFLICT DO NOTHING`. Either way the batch is one transaction.
+PostgreSQL batches of `copy_min_rows` or more go through `COPY`: straight into the table
+when none of the batch's request ids is stored yet (the normal case), else (a replay)
+into a session-local staging table and `INSERT ... SELECT ... ON CONFLICT DO NOTHING`,
+since COPY itself cannot skip duplicates. Smaller batches, and SQLite, use one prepared
+multi-row `INSERT ... ON CONFLICT DO NOTHING`. Either way a batch is one transaction.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.sql.expression import TableClause
 
-from slaguard.audit.lines import DECISION_TAG, OUTCOME_TAG, decode_lines
+from slaguard.audit.lines import decode_lines
 from slaguard.audit.models import UtcDateTime
 
 DECISION_COLUMNS: tuple[str, ...] = (
@@ -97,29 +98,33 @@ class BatchResult:
 
 
 def write_lines(
-    conn: Connection, lines: Sequence[bytes], copy_min_rows: int, *, server_parse: bool = True
+    conn: Connection, lines: Sequence[bytes], copy_min_rows: int, *, strict: bool = False
 ) -> BatchResult:
-    """Insert journal lines (caller owns the transaction).
+    """Insert journal lines (caller owns the transaction); duplicates are skipped.
 
-    On PostgreSQL, batches of `copy_min_rows` or more are COPYed verbatim and parsed by
-    the server (`json_to_record`), so the writer thread does almost no per-row Python work
-    and leaves the GIL to the router. `server_parse=False` decodes in Python first (the
-    fallback when the server rejects a batch as malformed, skipping only the bad lines).
+    `strict` also parses every explanation before sending it, so one corrupt line (only
+    possible after disk damage) is skipped instead of failing the whole batch; the writer
+    retries a batch in strict mode when the database refuses its content.
     """
-    if conn.dialect.name == "postgresql" and server_parse and len(lines) >= copy_min_rows:
-        return _copy_documents(conn, lines)
-    batch = decode_lines(lines)
+    batch = decode_lines(lines, check_explanations=strict)
     inserted = 0
-    if batch.decision_rows:
-        inserted += _insert(conn, _DECISIONS, DECISION_COLUMNS, batch.decision_rows)
-    if batch.outcome_rows:
-        inserted += _insert(conn, _OUTCOMES, OUTCOME_COLUMNS, batch.outcome_rows)
+    for target, columns, rows in (
+        (_DECISIONS, DECISION_COLUMNS, batch.decision_rows),
+        (_OUTCOMES, OUTCOME_COLUMNS, batch.outcome_rows),
+    ):
+        if not rows:
+            continue
+        if conn.dialect.name == "postgresql" and len(rows) >= copy_min_rows:
+            inserted += _copy(conn, target.name, columns, rows)
+        else:
+            inserted += _insert(conn, target, columns, rows)
     return BatchResult(inserted, batch.unreadable)
 
 
 def _insert(
     conn: Connection, target: TableClause, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
 ) -> int:
+    """One prepared multi-row INSERT ... ON CONFLICT (request_id) DO NOTHING."""
     insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     stmt = (
         insert(target)
@@ -131,78 +136,41 @@ def _insert(
     return inserted
 
 
-# JSON never contains raw control characters, so \x01 / \x02 as CSV quote and delimiter
-# make COPY take a journal line verbatim: header text, then the explanation (decisions).
-_COPY_DOCS = "COPY {stage} FROM STDIN WITH (FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01')"
-_DECISION_FIELDS = (
-    "request_id text, decided_at_s float8, model_id text, priority text, prompt_tokens int, "
-    "max_new_tokens int, deadline_s float8, policy_arm text, fleet_mode text, outcome text, "
-    "target_id text, card_type text, weights_version text, "
-    "config_hash text, decision_latency_s float8"
-)
-_OUTCOME_FIELDS = (
-    "request_id text, finished_at_s float8, ttft_s float8, tpot_s float8, e2e_s float8, "
-    "status text, sla_met boolean"
-)
-
-
-def _utc(seconds: str) -> str:
-    """Unix seconds -> timestamptz rounded exactly like `datetime.fromtimestamp` (whole
-    seconds, then the fraction to microseconds half-even), so both write paths agree."""
-    return (
-        f"(to_timestamp(floor({seconds})) + "
-        f"round(({seconds} - floor({seconds})) * 1e6) * interval '1 microsecond')"
-    )
-
-
-_FROM_DOCS = "FROM {stage} AS s, json_to_record(s.doc::json) AS r({fields})"
-_STAGE_COLUMNS = {"decisions": "doc text, explanation json", "outcomes": "doc text"}
-_INSERT_FROM_DOCS = {
-    "decisions": (
-        f"INSERT INTO decisions ({', '.join(DECISION_COLUMNS)}) "
-        f"SELECT r.request_id, {_utc('r.decided_at_s')}, r.model_id, r.priority, "
-        "r.prompt_tokens, r.max_new_tokens, r.deadline_s, r.policy_arm, r.fleet_mode, "
-        "r.outcome, r.target_id, r.card_type, s.explanation, r.weights_version, "
-        "r.config_hash, r.decision_latency_s "
-        + _FROM_DOCS.format(stage="audit_stage_decisions", fields=_DECISION_FIELDS)
-        + " ON CONFLICT (request_id) DO NOTHING"
-    ),
-    "outcomes": (
-        f"INSERT INTO outcomes ({', '.join(OUTCOME_COLUMNS)}) "
-        f"SELECT r.request_id, {_utc('r.finished_at_s')}, r.ttft_s, r.tpot_s, r.e2e_s, "
-        "r.status, r.sla_met "
-        + _FROM_DOCS.format(stage="audit_stage_outcomes", fields=_OUTCOME_FIELDS)
-        + " ON CONFLICT (request_id) DO NOTHING"
-    ),
-}
-
-
-def _copy_documents(conn: Connection, lines: Sequence[bytes]) -> BatchResult:
-    docs: dict[str, list[bytes]] = {"decisions": [], "outcomes": []}
-    for line in lines:
-        tag = line[:1]
-        if tag == DECISION_TAG:
-            docs["decisions"].append(line[1:])
-        elif tag == OUTCOME_TAG:
-            docs["outcomes"].append(line[1:])
-    unreadable = len(lines) - len(docs["decisions"]) - len(docs["outcomes"])
+def _copy(
+    conn: Connection, table_name: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
+) -> int:
+    """COPY straight into the table inside a savepoint; if the batch holds a request id
+    already stored (a replay), COPY into a staging table and INSERT ... ON CONFLICT DO
+    NOTHING from it instead."""
     raw = conn.connection.driver_connection
-    assert raw is not None
-    inserted = 0
+    assert isinstance(raw, psycopg.Connection)
+    names = ", ".join(columns)
     with raw.cursor() as cur:
-        for table, chunk in docs.items():
-            if not chunk:
-                continue
-            stage = f"audit_stage_{table}"
-            cur.execute(
-                f"CREATE TEMP TABLE IF NOT EXISTS {stage} ({_STAGE_COLUMNS[table]}) "
-                "ON COMMIT DELETE ROWS"
-            )
-            with cur.copy(_COPY_DOCS.format(stage=stage)) as copy:
-                copy.write(b"".join(chunk))
-            cur.execute(_INSERT_FROM_DOCS[table])
-            inserted += cur.rowcount
-    return BatchResult(inserted, unreadable)
+        try:
+            with raw.transaction():
+                _copy_rows(cur, f"COPY {table_name} ({names}) FROM STDIN", rows)
+            return len(rows)
+        except psycopg.errors.UniqueViolation:
+            pass
+        stage = f"audit_stage_{table_name}"
+        cur.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {stage} "
+            f"(LIKE {table_name} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+        )
+        cur.execute(f"TRUNCATE {stage}")
+        _copy_rows(cur, f"COPY {stage} ({names}) FROM STDIN", rows)
+        cur.execute(
+            f"INSERT INTO {table_name} ({names}) SELECT {names} FROM {stage} "
+            "ON CONFLICT (request_id) DO NOTHING"
+        )
+        inserted: int = cur.rowcount
+        return inserted
+
+
+def _copy_rows(cur: psycopg.Cursor[Any], statement: str, rows: list[tuple[Any, ...]]) -> None:
+    with cur.copy(statement) as copy:
+        for row in rows:
+            copy.write_row(row)
 
 
 def is_unreachable(exc: BaseException) -> bool:

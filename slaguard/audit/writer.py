@@ -299,18 +299,16 @@ class AuditWriter:
         unreachable) is retried with client-side decoding, which skips only bad lines."""
         backoff = self.settings.retry_initial_s
         failures = 0
-        server_parse = True
+        strict = False
         while True:
             try:
                 with self.engine.begin() as conn:
-                    result = write_lines(
-                        conn, lines, self.settings.copy_min_rows, server_parse=server_parse
-                    )
+                    result = write_lines(conn, lines, self.settings.copy_min_rows, strict=strict)
             except Exception as exc:
                 failures += 1
                 self._record_failure(exc, first=failures == 1)
-                if server_parse and not is_unreachable(exc):
-                    server_parse = False
+                if not strict and not is_unreachable(exc):
+                    strict = True
                     continue
                 if self._stop.is_set() and time.monotonic() >= self._drain_deadline:
                     return None
