@@ -11,7 +11,7 @@ from sqlalchemy import Engine, func, select, text
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.lines import encode_record
-from slaguard.audit.migrate import SchemaNotCurrentError
+from slaguard.audit.migrate import SchemaNotCurrentError, upgrade
 from slaguard.audit.models import Decision, Outcome
 from slaguard.audit.records import DecisionRecord, OutcomeRecord
 from slaguard.audit.sample import synthetic_run
@@ -165,3 +165,19 @@ def test_open_writer_migrates_and_spills_beside_the_sqlite_file(tmp_path: Path) 
     fresh = tmp_path / "fresh.db"
     with pytest.raises(SchemaNotCurrentError, match="slaguard db upgrade"):
         open_writer(f"sqlite:///{fresh}")
+
+
+def test_drain_time_is_bounded_and_what_is_left_replays(tmp_path: Path) -> None:
+    engine = create_audit_engine(f"sqlite:///{tmp_path / 'a.db'}")
+    upgrade(engine)
+    writer = AuditWriter(engine, tmp_path / "spill")
+    enqueue_all(writer, RUN.decisions)
+    enqueue_all(writer, RUN.outcomes)
+    started = time.monotonic()
+    left = writer.close(drain_timeout_s=0.0)
+    assert time.monotonic() - started < 2.0
+    assert left.queue_depth + left.records_flushed == 1200
+    with AuditWriter(engine, tmp_path / "spill") as again:
+        assert again.queue_depth >= left.queue_depth
+        assert again.wait_flushed(30)
+    assert (count(engine, Decision), count(engine, Outcome)) == (600, 600)

@@ -248,14 +248,15 @@ class AuditWriter:
                 with self._lock:
                     self._pending.clear()
                     self._overflow = True
-                if self._stop.wait(self.settings.retry_max_s) and (
-                    time.monotonic() >= self._drain_deadline
-                ):
+                if self._stop.is_set() and time.monotonic() >= self._drain_deadline:
                     return
+                time.sleep(self.settings.retry_max_s)
 
     def _step(self) -> bool:
         """Sync the journal and write one batch; False when the thread should end."""
         self._journal.sync()
+        if self._stop.is_set() and time.monotonic() >= self._drain_deadline:
+            return False  # drain time is up: the rest waits in the journal
         taken = self._take_batch()
         if taken is None:
             if self._stop.is_set():
