@@ -58,6 +58,17 @@ def _on_sim_clock(schedule: FaultSchedule, rate_scale: float) -> FaultSchedule:
     return FaultSchedule(scaled, schedule.source)
 
 
+def _ticks_per_s(tick_s: float) -> float:
+    """Divisor giving tick start times: `step / 10` is exact where `step * 0.1` is not, so
+    period and rollout-stage boundaries land on their configured seconds."""
+    per_s = 1.0 / tick_s
+    return float(round(per_s)) if abs(per_s - round(per_s)) < 1e-9 else per_s
+
+
+def _event_time(event: Event) -> float:
+    return event.at_s
+
+
 @dataclass
 class _Pending:
     request: Request
@@ -101,7 +112,9 @@ class Simulation:
         self._window_violations = [0, 0]
         self._next_fault_change = 0.0
         self._reporting = np.ones(len(self.fleet), dtype=bool)
+        self._all_reporting = True
         self._sim_faults = _on_sim_clock(self.faults, self.options.rate_scale)
+        self._listeners: list[SimObserver] = []
 
     def run(self, progress: Progress | None = None) -> Results:
         """Replay the whole workload; returns the per-request results."""
@@ -113,24 +126,28 @@ class Simulation:
         step = 0
         now = 0.0
         last_progress = 0.0
+        self._listeners = [self.controller, *self.observers]
+        replicas = list(enumerate(self.replicas))
+        per_s = _ticks_per_s(tick)
         wall0 = time.perf_counter()
         while True:
-            # rounded so that period and stage boundaries land on their exact seconds
-            now = round(step * tick, 9)
-            window_end = round((step + 1) * tick, 9)
+            now = step / per_s
+            window_end = (step + 1) / per_s
             self._refresh(now)
             next_arrival = self._arrivals(next_arrival, window_end)
             self._retry_pending(now)
             events: list[Event] = []
-            for i, rep in enumerate(self.replicas):
+            for i, rep in replicas:
                 if rep.failed or rep.busy_until >= window_end:
                     continue
                 if rep.batcher.queued:
                     self._tick_replica(i, rep, now)
-                if rep.needs_advance(window_end):
+                if rep.prefill or window_end > rep.wake_at:  # Replica.needs_advance, inlined
                     rep.advance(now, window_end, events)
-            for ev in sorted(events, key=lambda e: e.at_s):
-                self._on_event(ev)
+            if events:
+                events.sort(key=_event_time)
+                for ev in events:
+                    self._on_event(ev)
             step += 1
             if step % period_ticks == 0:
                 self._period(window_end)
@@ -152,7 +169,10 @@ class Simulation:
         """The 100 ms hardware refresh; failed targets stop reporting (and go stale)."""
         if now >= self._next_fault_change:
             self._apply_faults(now)
-        self.scheduler.state.rows[self._reporting, REFRESHED_AT] = now
+        if self._all_reporting:
+            self.scheduler.state.rows[:, REFRESHED_AT] = now
+        else:
+            self.scheduler.state.rows[self._reporting, REFRESHED_AT] = now
 
     def _apply_faults(self, now: float) -> None:
         """Fault answers change only at fault boundaries: recompute them there."""
@@ -170,6 +190,7 @@ class Simulation:
             rep.failed = failed
             self._reporting[i] = not failed
             rep.factor = self._sim_faults.latency_factor(target, now)
+        self._all_reporting = bool(self._reporting.all())
 
     def _arrivals(self, next_arrival: int, window_end: float) -> int:
         n = len(self.workload)
@@ -291,4 +312,5 @@ class Simulation:
             obs.on_period(now, self)
 
     def _all_observers(self) -> list[SimObserver]:
-        return [self.controller, *self.observers]
+        """The controller, then the other observers (fixed when `run()` starts)."""
+        return self._listeners

@@ -75,7 +75,9 @@ class Replica:
         `busy_until`; newly admitted prompts prefill no earlier than `start_s`, nor before
         the last of them has arrived (the tick admits the whole window's arrivals at once).
         """
-        ready = max([start_s, *(e[3] for e in self.prefill)])
+        ready = start_s
+        for entry in self.prefill:
+            ready = max(ready, entry[3])
         if self.decoding:
             clock = self._decode(self.busy_until, ready if self.prefill else end_s, events)
         else:

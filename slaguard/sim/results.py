@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -78,19 +79,22 @@ class Results:
         )
 
     def finish(self, i: int, at: float, status: Status, deadline_s: float, tokens: int) -> None:
+        """Record request i's end (plain floats: called once per request, numpy scalars
+        would cost more than the arithmetic)."""
         self.status[i] = status
-        self.e2e_s[i] = at - self.arrival_s[i]
+        self.e2e_s[i] = at - float(self.arrival_s[i])
         ok = status is Status.OK
-        if ok and tokens > 1 and np.isfinite(self.first_token_s[i]):
-            self.tpot_s[i] = (at - self.first_token_s[i]) / (tokens - 1)
-        self.sla_met[i] = ok and bool(self.ttft_s[i] <= deadline_s)
+        first = float(self.first_token_s[i])
+        if ok and tokens > 1 and math.isfinite(first):
+            self.tpot_s[i] = (at - first) / (tokens - 1)
+        self.sla_met[i] = ok and float(self.ttft_s[i]) <= deadline_s
 
     def outcome_of(self, i: int) -> OutcomeInfo:
         ttft, tpot = float(self.ttft_s[i]), float(self.tpot_s[i])
         return OutcomeInfo(
             STATUS_TEXT[Status(int(self.status[i]))],
-            ttft if np.isfinite(ttft) else None,
-            tpot if np.isfinite(tpot) else None,
+            ttft if math.isfinite(ttft) else None,
+            tpot if math.isfinite(tpot) else None,
             float(self.e2e_s[i]),
             bool(self.sla_met[i]),
         )
