@@ -1,16 +1,22 @@
 """`slaguard demo`: the main job on embedded defaults.
 
-Routes a handful of representative requests over the default fleet with both policies
-and prints each decision with its explanation: a first look at what the scheduler does.
+By default the full stack on one machine (`slaguard.emulator.demo`): emulated backends,
+`slaguard serve` in gateway mode, the Azure trace sped up, a slowed card then a hot
+prompt, and the guard's answer. `--routing-only` routes a handful of representative
+requests with both policies and explains each decision, without starting anything.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
+import typer
 from rich.console import Console
 
+from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
+from slaguard.emulator.demo import run_demo
 from slaguard.fleet import Priority, Request
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.explain import Decision
@@ -42,8 +48,26 @@ def _describe(d: Decision) -> str:
     return "; ".join(parts)
 
 
-def demo(fleet_file: Path | None = FleetOption) -> None:
-    """Route sample requests with round-robin and the learned policy; explain each."""
+def demo(
+    fleet_file: Path | None = FleetOption,
+    routing_only: bool = typer.Option(
+        False, "--routing-only", help="Only route and explain sample requests (no processes)."
+    ),
+    workdir: Path = typer.Option(
+        Path(tempfile.gettempdir()) / "slaguard-demo",
+        "--workdir",
+        help="Where the full demo keeps its audit DB, configs and logs (emptied first).",
+    ),
+) -> None:
+    """Run the full demo (or, with --routing-only, explain sample routing decisions)."""
+    if not routing_only:
+        try:
+            run_demo(workdir)
+        except KeyboardInterrupt:
+            fail("interrupted; every process the demo started was stopped", code=130)
+        except RuntimeError as exc:
+            fail(str(exc))
+        return
     fleet = load_or_fail(fleet_file)
     console = Console()
     console.print(f"[bold]slaguard demo[/]: {fleet.name}, {len(fleet)} targets")

@@ -96,10 +96,10 @@ class ModeSource(Protocol):
 
 def state_from_store(mode: str, version: int, since_s: float, reason: str, actor: str) -> ModeState:
     """A guard state for a mode read from the database (the plan advances only from the
-    cold-start baseline and from rollout stages)."""
+    cold-start baseline, never switched since the migration seeded it, and from stages)."""
     fleet_mode = FleetMode.parse(mode)
     advance = fleet_mode.kind is ModeKind.ROLLOUT or (
-        fleet_mode.kind is ModeKind.ROUND_ROBIN and actor == "system"
+        fleet_mode.kind is ModeKind.ROUND_ROBIN and (version == 0 or actor == "system")
     )
     return ModeState(fleet_mode, version, since_s, reason, actor, advance)
 

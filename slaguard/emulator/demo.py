@@ -1,0 +1,259 @@
+"""The full demo on one machine: emulated backends, `slaguard serve`, a trace, two faults.
+
+Five emulated replicas of different card types, the service in gateway mode with a short
+rollout plan, the Azure conversation trace replayed 4x faster, an L40S slowed down 6x
+mid-way and then a hot prompt. Every 5 s a line shows the rate, the fleet mode and the
+per-target TTFT; at the end it says where to look. Every process it starts is stopped,
+on success, failure or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+import yaml
+from rich.console import Console
+from sqlalchemy import select
+
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.models import Incident
+from slaguard.emulator.loadgen import HotWindow, LoadGenerator
+from slaguard.service.local import free_port
+from slaguard.sim.traces import load_trace
+
+MODEL = "llama3.1-8b"
+CARDS = ("h100", "h200", "a100", "l40s", "ascend910b")
+SLOWED = "l40s-8b"
+
+
+@dataclass(frozen=True, slots=True)
+class DemoPlan:
+    """When things happen, in wall seconds from the start of the load."""
+
+    duration_s: float = 105.0
+    trace_speedup: float = 3.0
+    slow_at_s: float = 40.0
+    slow_factor: float = 6.0
+    hot_at_s: float = 70.0
+    hot_share: float = 0.6
+    baseline_s: float = 10.0
+    stage_s: float = 12.0
+
+
+@dataclass
+class Stack:
+    """The processes of one demo run."""
+
+    workdir: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    emulators: dict[str, str] = field(default_factory=dict)
+    service_url: str = ""
+
+    def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+        log = (self.workdir / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "slaguard", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + 15
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _wait_ok(url: str, timeout_s: float, stack: Stack) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in stack.procs):
+            raise RuntimeError(f"a process exited during start; see the logs in {stack.workdir}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f}s; see {stack.workdir}")
+
+
+@contextlib.contextmanager
+def running_stack(workdir: Path, plan: DemoPlan, console: Console) -> Iterator[Stack]:
+    """Start the emulators and the service; stop them all on the way out."""
+    stack = Stack(workdir)
+    try:
+        for card in CARDS:
+            port = free_port()
+            stack.spawn(f"emulate-{card}", ["emulate", "--card", card, "--port", str(port)])
+            stack.emulators[f"{card}-8b"] = f"http://127.0.0.1:{port}"
+        fleet = {
+            "name": "demo",
+            "targets": [
+                {"id": tid, "model": MODEL, "card": tid.removesuffix("-8b"), "url": url}
+                for tid, url in stack.emulators.items()
+            ],
+        }
+        (workdir / "fleet.yaml").write_text(yaml.safe_dump(fleet, sort_keys=False))
+        port = free_port()
+        serve_cfg = {
+            "fleet": str(workdir / "fleet.yaml"),
+            "db": str(workdir / "audit.db"),
+            "port": port,
+            "notify_file": str(workdir / "incidents.jsonl"),
+            "log_level": "warning",
+            "rollout": {"baseline_s": plan.baseline_s, "stage_s": plan.stage_s},
+        }
+        (workdir / "serve.yaml").write_text(yaml.safe_dump(serve_cfg, sort_keys=False))
+        for url in stack.emulators.values():
+            _wait_ok(f"{url}/health", 30, stack)
+        token = secrets.token_hex(16)
+        stack.spawn(
+            "serve",
+            ["serve", "--config", str(workdir / "serve.yaml")],
+            {"SLAGUARD_ADMIN_TOKEN": token},
+        )
+        stack.service_url = f"http://127.0.0.1:{port}"
+        _wait_ok(f"{stack.service_url}/readyz", 30, stack)
+        console.print(
+            f"started {len(CARDS)} emulated backends ({', '.join(CARDS)}) and slaguard serve "
+            f"on {stack.service_url}"
+        )
+        yield stack
+    finally:
+        stack.stop()
+        console.print(f"stopped {len(stack.procs)} processes")
+
+
+def _p(values: list[float], q: float) -> str:
+    return f"{np.quantile(values, q):5.2f}" if values else "  -  "
+
+
+async def _drive(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, list[float]]:
+    gen = LoadGenerator(
+        stack.service_url,
+        load_trace(),
+        model=MODEL,
+        speedup=plan.trace_speedup,
+        hot=HotWindow(plan.hot_at_s, plan.duration_s, plan.hot_share),
+    )
+    every: dict[str, list[float]] = {}
+    load = asyncio.create_task(gen.run(plan.duration_s))
+    started = time.monotonic()
+    slowed = hot = False
+    last_sent = 0
+    async with httpx.AsyncClient(timeout=5) as client:
+        while not load.done():
+            await asyncio.wait({load}, timeout=5.0)
+            elapsed = time.monotonic() - started
+            if not slowed and elapsed >= plan.slow_at_s:
+                slowed = True
+                await client.post(
+                    f"{stack.emulators[SLOWED]}/admin/slowdown", json={"factor": plan.slow_factor}
+                )
+                console.print(f"[bold red]FAULT[/] {SLOWED} slowed down {plan.slow_factor:.0f}x")
+            if not hot and elapsed >= plan.hot_at_s:
+                hot = True
+                console.print(
+                    f"[bold red]FAULT[/] hot prompt: {plan.hot_share:.0%} of requests now "
+                    "share one prompt"
+                )
+            mode, demoted = "?", ["?"]
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                status = (await client.get(f"{stack.service_url}/v1/status")).json()
+                mode = status["mode"]["mode"]
+                demoted = [t["target"] for t in status["targets"] if t["demoted"]]
+            window = gen.stats.take_window()
+            for target, values in window.items():
+                every.setdefault(target, []).extend(values)
+            ttft = " ".join(
+                f"{t.removesuffix('-8b')}={_p(v, 0.5).strip()}" for t, v in sorted(window.items())
+            )
+            rate = (gen.stats.sent - last_sent) / 5.0
+            last_sent = gen.stats.sent
+            console.print(
+                f"{elapsed:5.0f}s  {rate:4.1f} req/s  mode={mode:<16} "
+                f"errors={gen.stats.errors}  demoted={demoted or '-'}  TTFT p50 s: {ttft}",
+                highlight=False,
+            )
+    return every
+
+
+def _incidents(db: Path) -> list[tuple[int, str, str]]:
+    engine = create_audit_engine(str(db))
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(select(Incident.id, Incident.detector, Incident.subject))
+            return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+    finally:
+        engine.dispose()
+
+
+def _report(stack: Stack, every: dict[str, list[float]], console: Console) -> None:
+    console.print("\n[bold]per-target TTFT over the run[/] (seconds)")
+    for target, values in sorted(every.items()):
+        console.print(
+            f"  {target:<14} n={len(values):5d}  p50={_p(values, 0.5)}  p99={_p(values, 0.99)}",
+            highlight=False,
+        )
+    notes = stack.workdir / "incidents.jsonl"
+    messages = [json.loads(x) for x in notes.read_text().splitlines()] if notes.exists() else []
+    console.print(f"\n[bold]guard messages[/] ({len(messages)} written to {notes}):")
+    for m in messages:
+        console.print(f"  {m['text']}", highlight=False)
+    db = stack.workdir / "audit.db"
+    console.print("\n[bold]where to look[/]")
+    console.print(f"  audit database : {db}", highlight=False)
+    console.print(
+        f"  decisions      : slaguard audit summary --db {db} --since 1h", highlight=False
+    )
+    for incident_id, detector, subject in _incidents(db):
+        console.print(
+            f"  incident {incident_id:<5} : slaguard audit incident {incident_id} --db {db}"
+            f"   ({detector} on {subject})",
+            highlight=False,
+        )
+    console.print(f"  fleet file     : {stack.workdir / 'fleet.yaml'}", highlight=False)
+    console.print(f"  logs           : {stack.workdir}/*.log", highlight=False)
+    console.print(
+        f"  metrics        : {stack.workdir / 'metrics.txt'} (the last /metrics scrape)",
+        highlight=False,
+    )
+
+
+def run_demo(workdir: Path, plan: DemoPlan | None = None, console: Console | None = None) -> None:
+    """The whole demo; `workdir` is emptied first and keeps the DB, config and logs."""
+    plan = plan or DemoPlan()
+    console = console or Console()
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    with running_stack(workdir, plan, console) as stack:
+        console.print(
+            f"replaying the Azure conversation trace {plan.trace_speedup:.0f}x for "
+            f"{plan.duration_s:.0f}s; rollout: round-robin {plan.baseline_s:.0f}s, then 10/50/"
+            f"100 % learned every {plan.stage_s:.0f}s"
+        )
+        every = asyncio.run(_drive(stack, plan, console))
+        metrics = httpx.get(f"{stack.service_url}/metrics", timeout=5).text
+        (workdir / "metrics.txt").write_text(metrics)
+    _report(stack, every, console)
