@@ -94,17 +94,23 @@ class SlidingLogHistogram:
         total = self._totals.get(key)
         return 0 if total is None else int(total.sum())
 
+    def counts(self, key: str) -> np.ndarray:
+        """Bucket counts of `key` over the window (zeros for an unknown key)."""
+        total = self._totals.get(key)
+        return np.zeros(self.bucket_count, dtype=np.int64) if total is None else total.copy()
+
+    def quantile_of(self, counts: np.ndarray, q: float) -> float:
+        """The q-quantile of a bucket-count array (NaN when empty)."""
+        n = int(counts.sum())
+        if n == 0:
+            return math.nan
+        rank = math.floor(q * (n - 1)) + 1
+        return self.value_of(int(np.searchsorted(np.cumsum(counts), rank)))
+
     def quantile(self, key: str, q: float) -> float:
         """The q-quantile of `key` in the window (NaN when the key has no samples)."""
         total = self._totals.get(key)
-        if total is None:
-            return math.nan
-        n = int(total.sum())
-        if n == 0:
-            return math.nan
-        rank = q * (n - 1)
-        bucket = int(np.searchsorted(np.cumsum(total), math.floor(rank) + 1))
-        return self.value_of(bucket)
+        return math.nan if total is None else self.quantile_of(total, q)
 
     def tracked_keys(self) -> list[str]:
         """Every key ever seen (some may have empty windows)."""

@@ -1,7 +1,13 @@
-"""Robust scores: median and MAD (scaled by 1.4826 to match a normal sigma)."""
+"""Robust scores: median and MAD (scaled by 1.4826 to match a normal sigma).
+
+For positive, multiplicative quantities (latency quantiles, ratios) score their logs with
+`floor_rel=0` and `floor_abs=log_floor(rel)`: a MAD floor of `rel` relative to the median
+in linear terms is the absolute floor ln(1 + rel) in log terms.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -26,8 +32,8 @@ def robust_center(
     """Median and floored scale of `values`.
 
     The scale is `1.4826 x max(MAD, floor_rel x |median|, floor_abs)`: identical values
-    (MAD = 0) never divide by zero, and differences smaller than `floor_rel` of the median
-    never count as anomalies.
+    (MAD = 0) never divide by zero, and differences smaller than the floor never count as
+    anomalies.
     """
     arr = np.asarray(values, dtype=float)
     if arr.size == 0 or not np.all(np.isfinite(arr)):
@@ -39,9 +45,14 @@ def robust_center(
 
 
 def robust_zscores(
-    values: Mapping[str, float], floor_rel: float
+    values: Mapping[str, float], floor_rel: float, floor_abs: float = 1e-9
 ) -> tuple[dict[str, float], RobustCenter]:
     """Robust Z-score of every value against the group (the value itself included)."""
     keys = list(values)
-    center = robust_center([values[k] for k in keys], floor_rel)
+    center = robust_center([values[k] for k in keys], floor_rel, floor_abs)
     return {k: (values[k] - center.median) / center.scale for k in keys}, center
+
+
+def log_floor(floor_rel: float) -> float:
+    """The log-space MAD floor equivalent to a floor of `floor_rel` relative to the median."""
+    return math.log1p(floor_rel)

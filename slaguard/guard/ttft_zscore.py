@@ -8,7 +8,8 @@
   slower than an H200); their *change* is comparable, so a target that jitters stands out
   while a fleet-wide load rise does not.
 
-The larger of the two is the target's Z-score (what the router's jitter term consumes). A
+Both are scored on logs (latency noise is multiplicative; see `robust`). The larger of
+the two is the target's Z-score (what the router's jitter term consumes). A
 target anomalous for `demote_after_s` is demoted; many anomalous targets at once, or a
 whole card tier that shifted (see `tier_shift`), trip the fleet.
 """
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from slaguard.guard.baseline import LogBaseline
 from slaguard.guard.config import TtftZscoreConfig
 from slaguard.guard.histogram import SlidingLogHistogram
-from slaguard.guard.robust import robust_zscores
+from slaguard.guard.robust import log_floor, robust_zscores
 from slaguard.guard.samples import GuardSample
 from slaguard.guard.tier_shift import TierShift
 from slaguard.guard.verdicts import Action, DetectorReport, JsonDict, Severity, Status, Verdict
@@ -112,7 +113,9 @@ class TtftZscoreDetector:
         for target in self._targets:
             n = self._hist.count(target)
             if n >= c.min_samples:
-                p99s[target] = self._hist.quantile(target, c.quantile)
+                # at least `min_tail_samples` above the quantile: one slow request is not a tail
+                q = min(c.quantile, 1.0 - c.min_tail_samples / n)
+                p99s[target] = self._hist.quantile(target, q)
                 counts[target] = n
         tier_verdicts, tier_evidence = self._tiers.evaluate(now_s)
         gate: JsonDict = {
@@ -145,9 +148,11 @@ class TtftZscoreDetector:
             st = self._targets[target]
             groups[(st.card_type, st.model_id)][target] = p99
         peer_z: dict[str, float] = {}
+        floor = log_floor(c.mad_floor_rel)
         for members in groups.values():
             if len(members) >= c.min_peers:
-                peer_z.update(robust_zscores(members, c.mad_floor_rel)[0])
+                logs = {t: math.log(p99) for t, p99 in members.items()}
+                peer_z.update(robust_zscores(logs, 0.0, floor)[0])
         ratios = {
             t: r
             for t, p99 in p99s.items()
@@ -155,7 +160,7 @@ class TtftZscoreDetector:
         }
         fleet_z: dict[str, float] = {}
         if len(ratios) >= c.min_scored_targets:
-            fleet_z = robust_zscores(ratios, c.mad_floor_rel)[0]
+            fleet_z = robust_zscores({t: math.log(r) for t, r in ratios.items()}, 0.0, floor)[0]
         scores: dict[str, _Score] = {}
         for target, p99 in p99s.items():
             pz, fz = peer_z.get(target), fleet_z.get(target)
