@@ -53,7 +53,7 @@ def admin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Admin]:
             "db": str(tmp / "audit.db"),
             "telemetry": {"scrape": False},
             "notify_file": tmp / "incidents.jsonl",
-            "alertmanager": {"rollback_alerts": ["SlaguardTtftBudgetBurnFast"]},
+            "alertmanager": {"rollback_alerts": ["SlaguardSLAErrorBudgetBurn"]},
         },
     )
     service = build_service(cfg)
@@ -125,10 +125,10 @@ def test_bad_mode_bodies(admin: Admin, body: dict[str, Any], field: str) -> None
     assert r.status_code == 422 and r.json()["error"].startswith(field), r.json()
 
 
-def _webhook(name: str, status: str = "firing") -> dict[str, Any]:
+def _webhook(name: str, status: str = "firing", severity: str = "critical") -> dict[str, Any]:
     alert = {
         "status": status,
-        "labels": {"alertname": name, "severity": "page"},
+        "labels": {"alertname": name, "severity": severity},
         "annotations": {"summary": "TTFT error budget burning 14.4x"},
         "startsAt": "2026-01-01T00:00:00Z",
         "endsAt": "0001-01-01T00:00:00Z",
@@ -154,16 +154,21 @@ def test_alertmanager_rollback_is_recorded_with_its_incident(admin: Admin) -> No
     ignored = admin.client.post("/v1/alertmanager", json=_webhook("SomethingElse"), headers=AUTH)
     assert ignored.json()["action"] == "none" and ignored.json()["mode"] == "rollout(10)"
     resolved = admin.client.post(
-        "/v1/alertmanager", json=_webhook("SlaguardTtftBudgetBurnFast", "resolved"), headers=AUTH
+        "/v1/alertmanager", json=_webhook("SlaguardSLAErrorBudgetBurn", "resolved"), headers=AUTH
     )
     assert resolved.json()["action"] == "none"
+    ticket = admin.client.post(
+        "/v1/alertmanager", json=_webhook("SlaguardSLAErrorBudgetBurn", severity="warning"),
+        headers=AUTH,
+    )
+    assert ticket.json()["action"] == "none" and ticket.json()["mode"] == "rollout(10)"
     r = admin.client.post(
-        "/v1/alertmanager", json=_webhook("SlaguardTtftBudgetBurnFast"), headers=AUTH
+        "/v1/alertmanager", json=_webhook("SlaguardSLAErrorBudgetBurn"), headers=AUTH
     )
     assert r.status_code == 200, r.text
     assert r.json() == {
         "received": 1,
-        "matched": ["SlaguardTtftBudgetBurnFast"],
+        "matched": ["SlaguardSLAErrorBudgetBurn"],
         "action": "rollback",
         "mode": "round_robin",
     }
@@ -172,12 +177,12 @@ def test_alertmanager_rollback_is_recorded_with_its_incident(admin: Admin) -> No
     change = admin.rows(ModeChange)[-1]
     incident = admin.rows(Incident)[-1]
     assert change["incident_id"] == incident["id"]
-    assert change["reason"].startswith("manual_rollback: alertmanager: SlaguardTtftBudgetBurnFast")
+    assert change["reason"].startswith("manual_rollback: alertmanager: SlaguardSLAErrorBudgetBurn")
     assert incident["detector"] == "alertmanager"
-    assert incident["subject"] == "SlaguardTtftBudgetBurnFast"
+    assert incident["subject"] == "SlaguardSLAErrorBudgetBurn"
     # the same alert again (Alertmanager repeats): no second switch
     again = admin.client.post(
-        "/v1/alertmanager", json=_webhook("SlaguardTtftBudgetBurnFast"), headers=AUTH
+        "/v1/alertmanager", json=_webhook("SlaguardSLAErrorBudgetBurn"), headers=AUTH
     ).json()
     assert again["action"].startswith("none") and current_mode(admin.service.engine).version == (
         stored.version
@@ -192,6 +197,6 @@ def test_alertmanager_rollback_is_recorded_with_its_incident(admin: Admin) -> No
 
 
 def test_bad_alertmanager_payload(admin: Admin) -> None:
-    bad = _webhook("SlaguardTtftBudgetBurnFast") | {"version": "3"}
+    bad = _webhook("SlaguardSLAErrorBudgetBurn") | {"version": "3"}
     r = admin.client.post("/v1/alertmanager", json=bad, headers=AUTH)
     assert r.status_code == 422 and r.json()["error"].startswith("version")

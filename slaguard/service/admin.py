@@ -90,6 +90,7 @@ async def mode(request: Request, body: ModeRequest) -> ModeResponse:
 async def alertmanager(request: Request, body: AlertmanagerWebhook) -> AlertmanagerResponse:
     rt = runtime_of(request)
     wanted = set(rt.config.alertmanager.rollback_alerts)
+    severities = set(rt.config.alertmanager.rollback_severities)
     firing = [
         FiringAlert(
             alertname=a.labels.get("alertname", ""),
@@ -98,7 +99,9 @@ async def alertmanager(request: Request, body: AlertmanagerWebhook) -> Alertmana
             annotations=dict(a.annotations),
         )
         for a in body.alerts
-        if a.status == "firing" and a.labels.get("alertname", "") in wanted
+        if a.status == "firing"
+        and a.labels.get("alertname", "") in wanted
+        and a.labels.get("severity", "") in severities
     ]
     matched = sorted({f.alertname for f in firing})
     if not firing:

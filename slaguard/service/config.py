@@ -80,9 +80,9 @@ class RolloutConfig(_Section):
 class AlertmanagerConfig(_Section):
     """Which firing alerts roll the fleet back to round-robin."""
 
-    rollback_alerts: tuple[str, ...] = (
-        "SlaguardTtftBudgetBurnFast",
-        "SlaguardLearnedWorseThanBaseline",
+    rollback_alerts: tuple[str, ...] = ("SlaguardSLAErrorBudgetBurn", "SlaguardRolloutArmLosing")
+    rollback_severities: tuple[str, ...] = Field(
+        default=("critical",), description="only alerts with one of these `severity` labels act"
     )
 
 

@@ -1,0 +1,213 @@
+"""HTTP benchmarks of `slaguard serve` on loopback; the load runs in this process, the
+service (and the emulator) in their own processes.
+
+1. `/v1/route` open-loop at `--rate` requests/s with the audit writer on (SQLite): latency
+   p50/p99 measured from each request's *scheduled* send time (no coordinated omission),
+   errors, and whether every decision reached the database. Baseline in the same run:
+   `GET /healthz` at the same rate (the HTTP stack's own floor).
+2. Gateway overhead: TTFT of a streamed 1-token completion through slaguard minus TTFT
+   straight to the emulator, alternating, `--gateway-requests` each.
+
+The machine has 2 cores: the service, the emulator and this load generator share them,
+so the figures include that contention. Usage: `python bench/http.py [--json]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import yaml
+
+from slaguard.service.local import free_port
+
+ROUTE_BODY = b'{"model":"llama3.1-8b","prompt_tokens":900,"max_new_tokens":128,"priority":"normal"}'
+
+
+def spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "slaguard", *args],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def wait_ok(url: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not ready")
+
+
+async def _conn_worker(
+    host: str, port: int, request: bytes, queue: asyncio.Queue[float | None], out: list[float],
+    errors: list[int],
+) -> None:  # fmt: skip
+    reader, writer = await asyncio.open_connection(host, port)
+    while (scheduled := await queue.get()) is not None:
+        writer.write(request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        await reader.readexactly(length)
+        out.append(time.perf_counter() - scheduled)
+        if not head.startswith(b"HTTP/1.1 200"):
+            errors.append(1)
+    writer.close()
+
+
+async def open_loop(url: str, method: str, path: str, body: bytes, rate: float, seconds: float,
+                    connections: int) -> dict[str, float]:  # fmt: skip
+    """Send `rate` requests/s for `seconds` over keep-alive connections; latency p50/p99."""
+    u = httpx.URL(url)
+    head = f"{method} {path} HTTP/1.1\r\nhost: {u.host}\r\ncontent-type: application/json\r\n"
+    request = (head + f"content-length: {len(body)}\r\n\r\n").encode() + body
+    queue: asyncio.Queue[float | None] = asyncio.Queue()
+    latencies: list[float] = []
+    errors: list[int] = []
+    workers = [
+        asyncio.create_task(
+            _conn_worker(str(u.host), int(u.port or 80), request, queue, latencies, errors)
+        )
+        for _ in range(connections)
+    ]
+    start = time.perf_counter()
+    n = int(rate * seconds)
+    for i in range(n):
+        at = start + i / rate
+        delay = at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        queue.put_nowait(at)
+    for _ in workers:
+        queue.put_nowait(None)
+    await asyncio.gather(*workers)
+    took = time.perf_counter() - start
+    arr = np.array(latencies) * 1e3
+    return {
+        "requests": n,
+        "achieved_rps": round(len(latencies) / took, 1),
+        "p50_ms": round(float(np.percentile(arr, 50)), 3),
+        "p99_ms": round(float(np.percentile(arr, 99)), 3),
+        "max_ms": round(float(arr.max()), 3),
+        "errors": len(errors) + (n - len(latencies)),
+    }
+
+
+async def ttft(client: httpx.AsyncClient, url: str) -> float:
+    body = {"model": "llama3.1-8b", "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 1, "stream": True}  # fmt: skip
+    started = time.perf_counter()
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+        async for line in r.aiter_lines():
+            if '"content":"' in line:
+                return time.perf_counter() - started
+    raise RuntimeError("no token")
+
+
+async def gateway_overhead(direct: str, via: str, n: int) -> dict[str, float]:
+    d: list[float] = []
+    g: list[float] = []
+    async with httpx.AsyncClient(timeout=30) as c:
+        for _ in range(20):
+            await ttft(c, direct)
+            await ttft(c, via)
+        for _ in range(n):
+            d.append(await ttft(c, direct))
+            g.append(await ttft(c, via))
+    da, ga = np.array(d) * 1e3, np.array(g) * 1e3
+    return {
+        "requests": n,
+        "direct_p50_ms": round(float(np.percentile(da, 50)), 3),
+        "direct_p99_ms": round(float(np.percentile(da, 99)), 3),
+        "gateway_p50_ms": round(float(np.percentile(ga, 50)), 3),
+        "gateway_p99_ms": round(float(np.percentile(ga, 99)), 3),
+        "overhead_p50_ms": round(float(np.percentile(ga, 50) - np.percentile(da, 50)), 3),
+        "overhead_p99_ms": round(float(np.percentile(ga, 99) - np.percentile(da, 99)), 3),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=float, default=2000.0)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--gateway-requests", type=int, default=300)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="slaguard-bench-http-"))
+    emu_port, port = free_port(), free_port()
+    emu = f"http://127.0.0.1:{emu_port}"
+    fleet = {"targets": [
+        {"id": "h100-8b", "model": "llama3.1-8b", "card": "h100", "url": emu},
+        {"id": "l40s-8b", "model": "llama3.1-8b", "card": "l40s", "count": 6},
+    ]}  # fmt: skip
+    (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+    cfg = {"fleet": str(tmp / "fleet.yaml"), "db": str(tmp / "audit.db"), "port": port,
+           "log_level": "warning", "telemetry": {"scrape": True, "stale_after_s": 300}}  # fmt: skip
+    (tmp / "serve.yaml").write_text(yaml.safe_dump(cfg))
+    procs = [
+        spawn(["emulate", "--card", "h100", "--port", str(emu_port)], tmp / "emu.log"),
+        spawn(["serve", "--config", str(tmp / "serve.yaml")], tmp / "serve.log"),
+    ]
+    svc = f"http://127.0.0.1:{port}"
+    try:
+        wait_ok(f"{emu}/health")
+        wait_ok(f"{svc}/readyz")
+        for t in ["h100-8b", *(f"l40s-8b-{i}" for i in range(6))]:
+            httpx.post(f"{svc}/v1/telemetry", json={"target": t, "queue_depth": 0})
+        run = asyncio.run
+        base = run(
+            open_loop(svc, "GET", "/healthz", b"", args.rate, args.seconds, args.connections)
+        )
+        route = run(open_loop(svc, "POST", "/v1/route", ROUTE_BODY, args.rate, args.seconds,
+                              args.connections))  # fmt: skip
+        deadline = time.monotonic() + 30
+        stored = 0
+        while time.monotonic() < deadline:
+            with sqlite3.connect(tmp / "audit.db") as db:
+                stored = db.execute("select count(*) from decisions").fetchone()[0]
+            if stored >= route["requests"] - route["errors"]:
+                break
+            time.sleep(0.2)
+        route["decisions_in_db"] = stored
+        gw = run(gateway_overhead(emu, svc, args.gateway_requests))
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(15)
+    result = {"healthz_baseline": base, "route": route, "gateway": gw, "cores": os.cpu_count()}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"{'endpoint':<22}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}")
+    for name, r in (("GET /healthz (floor)", base), ("POST /v1/route", route)):
+        print(f"{name:<22}{r['achieved_rps']:>9}{r['p50_ms']:>9}{r['p99_ms']:>9}"
+              f"{r['max_ms']:>9}{r['errors']:>8}")  # fmt: skip
+    print(f"decisions in the audit DB: {route['decisions_in_db']} of {route['requests']}")
+    print(f"\nTTFT, 1-token stream, {gw['requests']} each   p50 ms   p99 ms")
+    print(f"  direct to emulator            {gw['direct_p50_ms']:>8}{gw['direct_p99_ms']:>9}")
+    print(f"  through slaguard              {gw['gateway_p50_ms']:>8}{gw['gateway_p99_ms']:>9}")
+    print(f"  overhead                      {gw['overhead_p50_ms']:>8}{gw['overhead_p99_ms']:>9}")
+
+
+if __name__ == "__main__":
+    main()
