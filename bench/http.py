@@ -12,7 +12,16 @@ The machine has 2 cores: the service, the emulator and this load generator share
 so the figures include that contention. Usage: `python bench/http.py [--json]`.
 """
 
+
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as `python bench/http.py`, this file's folder comes first on sys.path and this
+# module would shadow the standard library's `http` package: drop that entry.
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)
 
 import argparse
 import asyncio
@@ -20,10 +29,8 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import httpx
 import numpy as np
