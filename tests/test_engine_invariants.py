@@ -17,9 +17,10 @@ from test_engine_support import (
 
 from slaguard.fleet import Fleet, load_fleet
 from slaguard.scheduler.explain import Decision
-from slaguard.scheduler.rollout import LEARNED
+from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, FleetMode
 from slaguard.sim.latency import LatencyModel
 from slaguard.sim.observers import FixedPolicy
+from slaguard.sim.replica import Replica
 from slaguard.sim.results import STATUS_TEXT, OutcomeInfo, Status
 from slaguard.sim.synthetic import synthetic_trace
 from slaguard.sim.trace import BLOCK_TOKENS, Trace
@@ -59,7 +60,7 @@ def test_pinned_numbers_on_fixture_sized_runs(fleet: Fleet) -> None:
     pinned = [
         (azure, 200, (200, 0, 0), 0, 17.942401243147998, 0.6247681307164371, 35.3, "eg-0"),
         (moon, 200, (200, 0, 0), 97, 4523.257112291804, 160.74575099688525, 320.6, "eg-2"),
-        (faulty, 770, (753, 0, 17), 22, 217.86734747865424, 2.8865558003813074, 92.0, "eg-0"),
+        (faulty, 770, (753, 0, 17), 22, 214.68291133019463, 2.6526892132111413, 92.0, "eg-0"),
     ]
     for run, total, (ok, rejected, failed), violations, ttft_sum, p99, sim_s, wv in pinned:
         res, req = run.results, run.report["requests"]
@@ -87,12 +88,19 @@ def test_same_seed_same_report_other_seed_other_arrivals(fleet: Fleet) -> None:
 
 
 class OutcomeCounter(FixedPolicy):
-    """The controller also hears every outcome: counts them per request id."""
+    """The controller also hears every first token and outcome: counts them per request."""
 
-    def __init__(self) -> None:
-        super().__init__(LEARNED)
+    def __init__(self, mode: FleetMode = LEARNED) -> None:
+        super().__init__(mode)
         self.outcomes: Counter[str] = Counter()
         self.statuses: dict[str, str] = {}
+        self.first_tokens: Counter[str] = Counter()
+        self.ttft: dict[str, float] = {}
+
+    def on_first_token(self, decision: Decision, now_s: float, ttft_s: float) -> None:
+        rid = decision.request.request_id
+        self.first_tokens[rid] += 1
+        self.ttft[rid] = ttft_s
 
     def on_outcome(self, decision: Decision, now_s: float, outcome: OutcomeInfo) -> None:
         rid = decision.request.request_id
@@ -139,6 +147,30 @@ def test_overload_rejects_and_times_out_but_keeps_the_books(small_fleet: Fleet) 
     assert counts[Status.INCOMPLETE] > 0, "the drain ends with requests still running"
     assert run.report["requests"]["failed"] == counts[Status.INCOMPLETE]
     assert run.results.sim_s <= float(run.sim.arrivals[-1]) + 20.0 + 0.1
+
+
+def test_a_preempted_request_keeps_its_first_token(
+    small_fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Preemption throws a request's progress away and it prefills again, but its client
+    already has the first token: TTFT, the learner and the observers see it once."""
+    preempted: list[str] = []
+    forget = Replica.forget
+
+    def counting_forget(self: Replica, request_id: str) -> None:
+        preempted.append(request_id)
+        forget(self, request_id)
+
+    monkeypatch.setattr(Replica, "forget", counting_forget)
+    observer = OutcomeCounter(ROUND_ROBIN)
+    trace = synthetic_trace(400, 20.0, seed=4, prompt_median=400, output_median=300)
+    run = run_sim(trace, small_fleet, observer)
+    _check_invariants(run, observer)
+    assert len(set(preempted)) > 20, "the batcher preempted low priority for high"
+    ids = [run.workload.request_id(i) for i in range(len(run.workload))]
+    assert observer.first_tokens == Counter(ids)
+    assert np.array_equal(run.results.ttft_s, [observer.ttft[r] for r in ids])
+    assert run.report["requests"]["completed"] == 400
 
 
 @pytest.mark.parametrize(

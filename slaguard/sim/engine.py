@@ -11,6 +11,7 @@ measure decision latency, which no decision depends on.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -265,6 +266,8 @@ class Simulation:
         if p is None or p.decision is None:
             return
         if ev.first:
+            if not math.isnan(res.first_token_s[ev.index]):
+                return  # prefilled again after a preemption: the client has its first token
             ttft = ev.at_s - res.arrival_s[ev.index] + res.transfer_s[ev.index]
             res.ttft_s[ev.index] = ttft
             res.first_token_s[ev.index] = ev.at_s
