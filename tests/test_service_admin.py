@@ -158,7 +158,8 @@ def test_alertmanager_rollback_is_recorded_with_its_incident(admin: Admin) -> No
     )
     assert resolved.json()["action"] == "none"
     ticket = admin.client.post(
-        "/v1/alertmanager", json=_webhook("SlaguardSLAErrorBudgetBurn", severity="warning"),
+        "/v1/alertmanager",
+        json=_webhook("SlaguardSLAErrorBudgetBurn", severity="warning"),
         headers=AUTH,
     )
     assert ticket.json()["action"] == "none" and ticket.json()["mode"] == "rollout(10)"
