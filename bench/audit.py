@@ -173,13 +173,17 @@ def load_big(url: URL, rows: int, hours: float, seed: int = 2) -> None:
     """`rows` decisions + outcomes over `hours` via COPY (csv), with the usual indexes."""
     rng = np.random.default_rng(seed)
     pool = explanations()
+    encoded = [json.dumps(p[3], separators=(",", ":")) for p in pool]
     chunk = 200_000
     libpq = url.set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(libpq) as conn, conn.cursor() as cur:
         for lo in range(0, rows, chunk):
             n = min(chunk, rows - lo)
             pick = rng.integers(len(pool), size=n)
-            at = pd.to_datetime(START_S + rng.uniform(0, hours * 3600, n), unit="s", utc=True)
+            # Time-ordered like the writer inserts them: each chunk is the next slice.
+            span = hours * 3600 / rows
+            offsets = np.sort(rng.uniform(lo * span, (lo + n) * span, n))
+            at = pd.to_datetime(START_S + offsets, unit="s", utc=True)
             ids = [f"big-{i:09d}" for i in range(lo, lo + n)]
             ttft = rng.lognormal(-0.7, 0.4, n)
             dec = pd.DataFrame({
@@ -191,7 +195,7 @@ def load_big(url: URL, rows: int, hours: float, seed: int = 2) -> None:
                 "policy_arm": np.where(rng.random(n) < 0.5, "learned", "round_robin"),
                 "fleet_mode": "rollout(50)", "outcome": "routed",
                 "target_id": [pool[k][0] for k in pick], "card_type": [pool[k][1] for k in pick],
-                "explanation": [json.dumps(pool[k][3], separators=(",", ":")) for k in pick],
+                "explanation": [encoded[k] for k in pick],
                 "weights_version": "w-bench", "config_hash": "cfg-bench",
                 "decision_latency_s": 0.0009,
             })[list(DECISION_COLUMNS)]  # fmt: skip
@@ -224,6 +228,8 @@ def run(args: argparse.Namespace) -> list[Figure]:
     admin = make_url(args.pg_url)
     figures: list[Figure] = []
     n = args.decisions
+    if n == 0:
+        return big_queries(admin, args.big_rows, args.big_hours) if args.big_rows else []
     records = make_decisions(n, "w")
     with tempfile.TemporaryDirectory() as tmp:
         sqlite = create_audit_engine(f"sqlite:///{tmp}/bench.db")
@@ -306,7 +312,7 @@ def big_queries(admin: URL, rows: int, hours: float) -> list[Figure]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--decisions", type=int, default=100_000)
+    parser.add_argument("--decisions", type=int, default=100_000, help="0 skips the writer part")
     parser.add_argument("--paced-rate", type=float, default=2000.0,
                         help="decisions/s for the paced enqueue-cost measurement")  # fmt: skip
     parser.add_argument("--big-rows", type=int, default=1_000_000, help="0 skips the big part")

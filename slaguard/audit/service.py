@@ -25,11 +25,15 @@ from sqlalchemy import (
     func,
     or_,
     select,
+    text,
 )
 
 from slaguard.audit.models import Decision, ModeChange, Outcome
 from slaguard.audit.store import StoredIncident, get_incident
 from slaguard.fleet.fleet import Fleet
+
+QUERY_WORK_MEM = "64MB"
+"""PostgreSQL sort memory for one postmortem query (set per transaction)."""
 
 
 class UnknownRequestError(LookupError):
@@ -170,6 +174,8 @@ def _grouped_stats(
         .group_by(*keys)
     )
     if conn.dialect.name == "postgresql":
+        # The per-group sorts of an hour (~40k rows) spill to disk at the default 4 MB.
+        conn.execute(text(f"SET LOCAL work_mem = '{QUERY_WORK_MEM}'"))
         counts = counts.add_columns(
             func.percentile_cont(0.5).within_group(Outcome.ttft_s).label("ttft_p50_s"),
             func.percentile_cont(0.99).within_group(Outcome.ttft_s).label("ttft_p99_s"),
