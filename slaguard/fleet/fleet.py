@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -114,6 +115,19 @@ class Fleet:
     targets: tuple[Target, ...]
     sla: dict[Priority, SlaClass]
     source: str
+
+    @cached_property
+    def target_ids(self) -> tuple[str, ...]:
+        """Target ids by index (explanations render from these)."""
+        return tuple(t.id for t in self.targets)
+
+    @cached_property
+    def card_ids(self) -> tuple[str, ...]:
+        return tuple(t.card.id for t in self.targets)
+
+    @cached_property
+    def static_gb(self) -> tuple[float, ...]:
+        return tuple(t.static_gb for t in self.targets)
 
     def __iter__(self) -> Iterator[Target]:
         return iter(self.targets)
