@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from slaguard.cli import audit, dashboards, db, demo, emulate, fleet, serve, simulate
+from slaguard.cli import audit, dashboards, db, demo, emulate, fleet, guard, serve, simulate
 
 app = typer.Typer(
     name="slaguard",
@@ -21,6 +21,11 @@ app.command("demo")(demo.demo)
 app.command("simulate")(simulate.simulate)
 app.command("serve")(serve.serve)
 app.command("emulate")(emulate.emulate)
+app.command("rollback")(guard.rollback)
+app.command("resume")(guard.resume)
+app.command("status")(guard.status)
+app.command("history")(guard.history)
+app.command("incidents")(guard.incidents)
 
 
 def main() -> None:

@@ -1,0 +1,227 @@
+"""Which replica runs the detectors and sends notifications: one leader per database.
+
+PostgreSQL: a session-level advisory lock (`pg_try_advisory_lock`) held on a dedicated
+connection that does nothing else. Each `poll()` (every 500 ms from the mode sync)
+re-checks it on that connection, or tries to take it. The lock dies with the session,
+so leadership is released when:
+* the leader process dies (SIGKILL included): the kernel closes its socket, the server
+  ends the session at once and the next replica's poll takes the lock (< 1 s measured);
+* the leader stalls (stopped, swapped, a blocked loop): the session sets
+  `idle_session_timeout` (`lease_s`, 4 s), so a session that sends nothing for that long
+  is ended by the server;
+* the leader's host or network vanishes: server-side TCP keepalives on the session
+  (2 s idle, 1 s interval, 2 probes) end it after about 4 s.
+A replica that finds its connection gone steps down at its next poll; every write it
+might still attempt is a compare-and-set on the mode version, so a stale leader can
+never overwrite a newer mode.
+
+SQLite (one host): an exclusive `flock` on `<database file>.guard-leader`, released by
+the kernel when the holder dies; the holder's replica id is written into the file. A
+stopped process keeps the lock (no lease): SQLite is for a single host. An in-memory
+SQLite database has one process by definition: that process always leads.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from pathlib import Path
+from typing import Protocol
+
+import psycopg
+from sqlalchemy.engine import URL
+
+from slaguard.audit.engine import sqlite_path
+
+log = logging.getLogger(__name__)
+
+LOCK_KEY = int.from_bytes(b"slaguard", "big")
+"""The advisory lock key (a bigint; advisory locks are per database)."""
+APPLICATION_PREFIX = "slaguard-guard:"
+LEASE_S = 4.0
+CONNECT_TIMEOUT_S = 2
+_CLASS_ID, _OBJ_ID = LOCK_KEY >> 32, LOCK_KEY & 0xFFFFFFFF
+_HELD_SQL = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
+    "AND classid = %s AND objid = %s AND objsubid = 1 AND granted"
+)
+_HOLDER_SQL = (
+    "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.classid = %s AND l.objid = %s AND l.objsubid = 1 "
+    "AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = "
+    "current_database())"
+)
+
+
+class LeaderLease(Protocol):
+    """Leadership as seen by one replica."""
+
+    kind: str
+
+    @property
+    def held(self) -> bool:
+        """Leader as of the last poll (no I/O)."""
+        ...
+
+    def poll(self) -> bool:
+        """Re-check or try to take leadership (blocking, bounded); True if leading now."""
+        ...
+
+    def close(self) -> None:
+        """Give leadership up."""
+        ...
+
+
+def libpq_conninfo(url: URL) -> str:
+    """A SQLAlchemy PostgreSQL URL as a libpq connection string (password kept)."""
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class PostgresLeaderLease:
+    """A session advisory lock on a connection of its own."""
+
+    kind = "postgresql advisory lock"
+
+    def __init__(self, url: URL, replica_id: str, *, lease_s: float = LEASE_S) -> None:
+        self.conninfo = libpq_conninfo(url)
+        self.replica_id = replica_id
+        self.lease_s = lease_s
+        self._conn: psycopg.Connection | None = None
+        self._held = False
+
+    @property
+    def held(self) -> bool:
+        return self._held
+
+    def _connect(self) -> psycopg.Connection:
+        lease_ms = int(self.lease_s * 1000)
+        options = (
+            f"-c idle_session_timeout={lease_ms} -c statement_timeout={lease_ms} "
+            "-c tcp_keepalives_idle=2 -c tcp_keepalives_interval=1 -c tcp_keepalives_count=2"
+        )
+        return psycopg.connect(
+            self.conninfo,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            application_name=(APPLICATION_PREFIX + self.replica_id)[:63],
+            options=options,
+            keepalives=1,
+            keepalives_idle=2,
+            keepalives_interval=1,
+            keepalives_count=2,
+        )
+
+    def poll(self) -> bool:
+        try:
+            if self._conn is None or self._conn.closed:
+                self._held = False
+                self._conn = self._connect()
+            if self._held:
+                row = self._conn.execute(_HELD_SQL, (_CLASS_ID, _OBJ_ID)).fetchone()
+                self._held = bool(row and row[0])
+            if not self._held:
+                row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
+                self._held = bool(row and row[0])
+        except psycopg.Error as exc:
+            if self._held:
+                log.warning("guard leadership lost: %s", str(exc).strip().splitlines()[0])
+            self._drop()
+        return self._held
+
+    def _drop(self) -> None:
+        self._held = False
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except psycopg.Error:
+                log.debug("closing the leader connection failed", exc_info=True)
+            self._conn = None
+
+    def close(self) -> None:
+        self._drop()
+
+
+class FileLeaderLease:
+    """An exclusive flock on a file beside the SQLite database."""
+
+    kind = "file lock"
+
+    def __init__(self, path: Path, replica_id: str) -> None:
+        self.path = path
+        self.replica_id = replica_id
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def poll(self) -> bool:
+        if self._fd is not None:
+            return True
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, self.replica_id.encode(), 0)
+        self._fd = fd
+        return True
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.close(self._fd)
+            self._fd = None
+
+
+class SoloLease:
+    """One process, one database (in-memory SQLite): always the leader."""
+
+    kind = "single process"
+
+    @property
+    def held(self) -> bool:
+        return True
+
+    def poll(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        return None
+
+
+def leader_lock_file(url: URL) -> Path | None:
+    """The lock file beside a SQLite database file (None for other backends)."""
+    path = sqlite_path(url)
+    return None if path is None else path.with_name(path.name + ".guard-leader")
+
+
+def lease_for(url: URL, replica_id: str, *, lease_s: float = LEASE_S) -> LeaderLease:
+    """The right lease for the database behind `url`."""
+    if url.get_backend_name() == "postgresql":
+        return PostgresLeaderLease(url, replica_id, lease_s=lease_s)
+    lock_file = leader_lock_file(url)
+    return SoloLease() if lock_file is None else FileLeaderLease(lock_file, replica_id)
+
+
+def current_leader(url: URL) -> str | None:
+    """The replica id of whoever leads now, None when nobody does (for `slaguard status`)."""
+    if url.get_backend_name() == "postgresql":
+        with psycopg.connect(
+            libpq_conninfo(url), autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+        ) as conn:
+            row = conn.execute(_HOLDER_SQL, (_CLASS_ID, _OBJ_ID)).fetchone()
+        return None if row is None else str(row[0]).removeprefix(APPLICATION_PREFIX)
+    lock_file = leader_lock_file(url)
+    if lock_file is None or not lock_file.is_file():
+        return None
+    with lock_file.open("rb") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return handle.read().decode(errors="replace") or "unknown"
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None

@@ -1,0 +1,95 @@
+"""Write what `Guard` decided to the audit database: incidents, then mode switches.
+
+Shared by the replica runtime (the leader's evaluations, adopted changes) and the manual
+CLI (a one-shot guard over the database), so both number, link and queue the same way:
+
+1. an opened incident is stored first, so the trip's mode change can name it; from then
+   on the tracker uses the audit id (`incidents.id`) as the incident id;
+2. each mode change is a compare-and-set on the version it was made from; when another
+   writer won, the stored state is taken (the local transition did not happen) and the
+   tracker is re-read from the database;
+3. updates and resolutions are queued under the stored incident's next revision, unless
+   the incident is already resolved (then the state change was already announced).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from slaguard.guard.events import GuardEvent, IncidentEvent, IncidentState, ModeChangedEvent
+from slaguard.guard.guard import Guard
+from slaguard.guard.incident_store import IncidentStore
+from slaguard.guard.modes import ModeState, ModeTransition
+from slaguard.guard.store import GuardStore
+
+
+@dataclass(slots=True)
+class PersistResult:
+    """What reached the database.
+
+    `conflict`: the stored state that won a compare-and-set (now the guard's state).
+    `queued`: incident messages stored in the outbox (audit ids, stored revisions).
+    `mode_changes`: the switches that are now the shared mode.
+    `incident_id`: the audit id the batch's mode change was linked to.
+    """
+
+    conflict: ModeState | None = None
+    queued: list[IncidentEvent] = field(default_factory=list)
+    mode_changes: list[ModeTransition] = field(default_factory=list)
+    incident_id: int | None = None
+
+
+class EventPersister:
+    """Stores a batch of guard events (blocking; the caller serialises batches)."""
+
+    def __init__(self, modes: GuardStore, incidents: IncidentStore) -> None:
+        self.modes = modes
+        self.incidents = incidents
+
+    def persist(self, guard: Guard, events: list[GuardEvent], now_s: float) -> PersistResult:
+        """Store `events` (one `evaluate`, command or adoption) for `guard`."""
+        result = PersistResult()
+        for event in events:
+            if isinstance(event, IncidentEvent) and event.state is IncidentState.OPENED:
+                stored = self.incidents.open(event, now_s, guard.incidents.current)
+                current = guard.incidents.current
+                if current is not None and current.incident_id == event.incident_id:
+                    current.incident_id = stored.incident_id
+                    current.revision = stored.revision + 1
+                result.queued.append(stored)
+                result.incident_id = int(stored.incident_id)
+        if result.incident_id is None:
+            result.incident_id = _linked_incident(events)
+        for event in events:
+            if not isinstance(event, ModeChangedEvent):
+                continue
+            tr = event.transition
+            saved = self.modes.save(tr, now_s, incident_id=result.incident_id)
+            if not saved.saved:
+                assert saved.stored is not None
+                guard.state = saved.stored
+                guard.incidents.current = self.incidents.restore()
+                result.conflict = saved.stored
+                return result
+            result.mode_changes.append(tr)
+        for event in events:
+            if isinstance(event, IncidentEvent) and event.state is not IncidentState.OPENED:
+                current = guard.incidents.current
+                stored_event = self.incidents.append(event, now_s, current)
+                if stored_event is None:
+                    continue
+                if current is not None and current.incident_id == event.incident_id:
+                    current.revision = stored_event.revision + 1
+                result.queued.append(stored_event)
+        return result
+
+
+def _linked_incident(events: list[GuardEvent]) -> int | None:
+    """The audit id of the incident a batch's mode change belongs to, if any."""
+    for event in events:
+        if isinstance(event, IncidentEvent):
+            try:
+                return int(event.incident_id)
+            except ValueError:
+                return None
+    return None

@@ -1,0 +1,324 @@
+"""One replica's guard: the shared fleet mode, leadership, and, on the leader only, the
+detectors, incidents and notifications. The service's loops drive it; `runner.py` runs it
+on its own.
+
+| call | caller | period | what |
+|---|---|---|---|
+| `current()`, `state()`, `router_inputs()` | router | every decision | no I/O |
+| `observe(sample)` | request path | per finished request | queue only, no lock, no I/O |
+| `sync(now_s)` | mode sync job | 500 ms | leadership poll; adopt a newer stored mode |
+| `evaluate(now_s)` | detector job | 1 s | leader: feed, evaluate, store events |
+| `deliver(now_s)` | notify job | 1 s | leader: send due outbox messages |
+| `command(...)` | admin endpoint | on demand | rollback / hold / resume on the database |
+| `close()` | shutdown | once | give leadership up |
+
+The blocking calls are safe to run from worker threads at the same time
+(`asyncio.to_thread`): the `Guard` is only touched under one lock. Nothing waits on
+Slack while holding it. Database errors are counted and logged, never raised, except
+from `command` (a human must see them).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from slaguard.guard.breaker import BreakerPhase, BreakerState
+from slaguard.guard.config import GuardConfig
+from slaguard.guard.events import GuardEvent, ModeChangedEvent
+from slaguard.guard.feed import AuditSampleFeed
+from slaguard.guard.guard import Guard
+from slaguard.guard.incident_store import IncidentStore, QueuedMessage
+from slaguard.guard.leader import LeaderLease
+from slaguard.guard.manual import ManualAction, ManualOutcome, apply_manual
+from slaguard.guard.modes import ModeState, ModeTransition, TransitionKind
+from slaguard.guard.persist import EventPersister
+from slaguard.guard.samples import GuardSample
+from slaguard.guard.store import GuardStore
+from slaguard.notify.base import DeliveryResult, Notifier
+from slaguard.scheduler.rollout import FleetMode, ModeKind, RolloutPlan
+
+log = logging.getLogger(__name__)
+
+LOCAL_QUEUE_MAX = 100_000
+"""Locally observed samples waiting for the next evaluation (oldest dropped beyond)."""
+NOT_LOADED = ModeState(version=-1, reason="not loaded from the database yet", auto_advance=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReport:
+    """One sync: leadership now and whether it changed, a mode adopted from the database."""
+
+    leader: bool
+    gained: bool = False
+    lost: bool = False
+    adopted: ModeState | None = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class ReplicaStats:
+    """Counters for metrics and the runner's status lines."""
+
+    syncs: int = 0
+    sync_errors: int = 0
+    evaluations: int = 0
+    persist_errors: int = 0
+    leader_changes: int = 0
+    sent: int = 0
+    send_failures: int = 0
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RouterInputs:
+    """The leader's jitter Z-scores and demoted targets (empty on other replicas)."""
+
+    jitter_z: dict[str, float] = field(default_factory=dict)
+    demoted: frozenset[str] = frozenset()
+
+
+def _first_line(exc: BaseException) -> str:
+    original = getattr(exc, "orig", None) or exc
+    lines = str(original).strip().splitlines()
+    return f"{type(original).__name__}: {lines[0]}" if lines else type(original).__name__
+
+
+class GuardReplica:
+    """The guard of one replica over a shared audit database."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        lease: LeaderLease,
+        notifier: Notifier,
+        *,
+        replica_id: str,
+        config: GuardConfig | None = None,
+        plan: RolloutPlan | None = None,
+        feed: AuditSampleFeed | None = None,
+    ) -> None:
+        self.engine = engine
+        self.lease = lease
+        self.notifier = notifier
+        self.replica_id = replica_id
+        self.feed = feed
+        self.store = GuardStore(engine)
+        self.incidents = IncidentStore(engine)
+        self.persister = EventPersister(self.store, self.incidents)
+        self.guard = Guard(config, plan, state=NOT_LOADED)
+        self.stats = ReplicaStats()
+        self.router = RouterInputs()
+        self._lock = threading.RLock()
+        self._local: deque[GuardSample] = deque(maxlen=LOCAL_QUEUE_MAX)
+        self._unsaved: tuple[ModeTransition, int | None] | None = None
+        self._paused_until_s = float("-inf")
+
+    # -- no I/O ---------------------------------------------------------------------------
+
+    def current(self) -> FleetMode:
+        """The mode to route with now (NOT_LOADED routes round-robin)."""
+        return self.guard.state.mode
+
+    def state(self) -> ModeState:
+        return self.guard.state
+
+    @property
+    def is_leader(self) -> bool:
+        return self.lease.held
+
+    def observe(self, sample: GuardSample) -> None:
+        """Queue one finished request of this replica for the detectors."""
+        self._local.append(sample)
+
+    # -- the loops ------------------------------------------------------------------------
+
+    def sync(self, now_s: float) -> SyncReport:
+        """Poll leadership, take a mode written elsewhere, retry a switch not yet stored."""
+        self.stats.syncs += 1
+        was = self.lease.held
+        leader = self.lease.poll()
+        gained, lost = leader and not was, was and not leader
+        try:
+            with self._lock:
+                if self._unsaved is not None:
+                    self._retry_unsaved(now_s)
+                adopted = self._adopt_newer(now_s)
+                if gained or lost:
+                    self.stats.leader_changes += 1
+                    self._reset_leader_state(now_s, leading=leader)
+        except SQLAlchemyError as exc:
+            self.stats.sync_errors += 1
+            self.stats.last_error = _first_line(exc)
+            log.warning("guard mode sync failed: %s", self.stats.last_error)
+            return SyncReport(leader, gained, lost, error=self.stats.last_error)
+        return SyncReport(leader, gained, lost, adopted)
+
+    def evaluate(self, now_s: float) -> list[GuardEvent]:
+        """Leader: feed the detectors, evaluate once, store what changed. Others: keep
+        their detectors fed with local samples and return nothing."""
+        if self.guard.state.version < 0:
+            return []
+        leading = self.lease.held
+        samples: list[GuardSample] = []
+        if leading and self.feed is not None:
+            try:
+                samples = self.feed.poll(now_s)
+            except SQLAlchemyError as exc:
+                self.stats.last_error = _first_line(exc)
+                log.warning("guard sample feed failed: %s", self.stats.last_error)
+        with self._lock:
+            while self._local:
+                self.guard.observe(self._local.popleft())
+            for sample in samples:
+                self.guard.observe(sample)
+            if not leading:
+                return []
+            self.stats.evaluations += 1
+            events = self.guard.evaluate(now_s)
+            self.router = RouterInputs(
+                self.guard.jitter_zscores(), frozenset(self.guard.demoted_targets())
+            )
+            self._store(events, now_s)
+        return events
+
+    def deliver(self, now_s: float) -> list[tuple[QueuedMessage, DeliveryResult]]:
+        """Leader: send each incident's oldest due message, in order; after a retryable
+        failure nothing is sent until that message's retry time."""
+        if not self.lease.held or now_s < self._paused_until_s:
+            return []
+        done: list[tuple[QueuedMessage, DeliveryResult]] = []
+        try:
+            for msg in self.incidents.due(now_s):
+                self._prime_thread(msg)
+                result = self.notifier.send(msg.event)
+                done.append((msg, result))
+                if result.ok:
+                    self.stats.sent += 1
+                    channel = getattr(self.notifier, "channel", None)
+                    self.incidents.delivered(
+                        msg,
+                        slack_channel=channel if isinstance(channel, str) else None,
+                        slack_ts=result.thread_ts,
+                    )
+                    continue
+                self.stats.send_failures += 1
+                next_s = self.incidents.failed(
+                    msg,
+                    now_s,
+                    result.detail,
+                    retry_after_s=result.retry_after_s,
+                    permanent=not result.retryable,
+                )
+                if result.retryable:
+                    log.warning("incident %s message retried later: %s", msg.incident_id,
+                                result.detail)  # fmt: skip
+                    self._paused_until_s = next_s
+                    break
+                log.error("incident %s message dropped: %s", msg.incident_id, result.detail)
+        except SQLAlchemyError as exc:
+            self.stats.persist_errors += 1
+            self.stats.last_error = _first_line(exc)
+            log.warning("incident outbox failed: %s", self.stats.last_error)
+        return done
+
+    def command(
+        self,
+        action: ManualAction,
+        now_s: float,
+        *,
+        actor: str,
+        reason: str,
+        stage_pct: int | None = None,
+    ) -> ManualOutcome:
+        """A human's rollback / hold / resume, stored at once (raises on database errors)."""
+        with self._lock:
+            try:
+                return apply_manual(
+                    self.guard, self.persister, action, now_s,
+                    actor=actor, reason=reason, stage_pct=stage_pct,
+                )  # fmt: skip
+            finally:
+                if not self.lease.held:
+                    self.guard.incidents.current = None
+
+    def close(self) -> None:
+        """Give leadership up (the next replica's poll takes it)."""
+        self.lease.close()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _reset_leader_state(self, now_s: float, *, leading: bool) -> None:
+        """A new leader continues from the database: open incident, breaker, history."""
+        g = self.guard
+        if leading and self.feed is not None:
+            self.guard = Guard(g.config, g.plan, state=g.state)
+            self.feed.restart(now_s)
+        self.guard.breaker = BreakerState()
+        self.guard.incidents.current = None
+        if not leading:
+            self.router = RouterInputs()
+            return
+        self.guard.incidents.current = self.incidents.restore()
+        st = self.guard.state
+        if st.mode.kind is ModeKind.ROUND_ROBIN and st.entered_by is TransitionKind.TRIP:
+            self.guard.breaker = BreakerState(BreakerPhase.OPEN, opened_at_s=st.since_s)
+
+    def _adopt_newer(self, now_s: float) -> ModeState | None:
+        if self.store.version() <= self.guard.state.version:
+            return None
+        stored = self.store.load(now_s)
+        if stored.version <= self.guard.state.version:
+            return None
+        events = self.guard.adopt_state(stored, now_s)
+        if self.lease.held and events:
+            self._store(events, now_s)
+        return stored
+
+    def _store(self, events: list[GuardEvent], now_s: float) -> None:
+        """Persist under the lock; a switch the database refused to take is retried."""
+        if not events:
+            return
+        try:
+            self.persister.persist(self.guard, events, now_s)
+        except SQLAlchemyError as exc:
+            self.stats.persist_errors += 1
+            self.stats.last_error = _first_line(exc)
+            log.error("guard events not stored: %s", self.stats.last_error)
+            changes = [e.transition for e in events if isinstance(e, ModeChangedEvent)]
+            if changes:
+                current = self.guard.incidents.current
+                link = current.incident_id if current is not None else ""
+                self._unsaved = (changes[-1], int(link) if link.isdigit() else None)
+
+    def _retry_unsaved(self, now_s: float) -> None:
+        assert self._unsaved is not None
+        transition, link = self._unsaved
+        if self.store.version() < transition.version:
+            saved = self.store.save(transition, now_s, incident_id=link)
+            self._unsaved = None
+            if saved.saved or saved.stored is None:
+                return
+            stored = saved.stored
+        else:
+            self._unsaved = None
+            stored = self.store.load(now_s)
+            ours = stored.version == transition.version and stored.mode.label == transition.to_mode
+            if ours and abs(stored.since_s - transition.at_s) < 1e-3:
+                return
+        # Another writer took that version: its state wins over the one we could not store.
+        self.guard.state = stored
+        if self.lease.held:
+            self.guard.incidents.current = self.incidents.restore()
+
+    def _prime_thread(self, msg: QueuedMessage) -> None:
+        """Thread a reply under the incident's first message, whoever posted it."""
+        threads = getattr(self.notifier, "threads", None)
+        if msg.slack_ts and isinstance(threads, MutableMapping):
+            threads[msg.event.incident_id] = msg.slack_ts

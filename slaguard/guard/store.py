@@ -1,0 +1,186 @@
+"""The fleet's `ModeState` in the audit database, shared by every replica and the CLI.
+
+Stored: the one-row `fleet_state` table (mode, since, reason, actor, version) is the truth
+every replica routes with. Each switch goes through `audit.store.record_mode_change`, a
+compare-and-set on `version` that also writes the `mode_changes` row; that row's evidence
+carries, besides the detector's numbers, `transition: {kind, version}`.
+
+Derived when loading, so no extra columns are needed and rows written by any writer
+(this store, the service's single-replica `ModeStore`, an older slaguard) read back:
+* `entered_by`: the newest mode change's kind (its evidence, else the `kind: reason`
+  prefix the service's store writes), if that row produced the current version;
+* `auto_advance`: from that kind, exactly as `modes.py` sets it (tested against it);
+* `switch_times_s`: policy switches among the mode changes of the last hour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, select
+
+from slaguard.audit.models import FLEET_STATE_ROW_ID, FleetState, ModeChange, utc_from_unix
+from slaguard.audit.records import ModeChangeRecord
+from slaguard.audit.store import ModeConflictError, record_mode_change
+from slaguard.guard.modes import HOUR_S, ModeState, ModeTransition, TransitionKind
+from slaguard.scheduler.rollout import FleetMode, ModeKind
+
+TRANSITION_KEY = "transition"
+"""Key of the mode change evidence that names the transition kind and version."""
+ACTOR_MAX = 128
+_RR_FAMILY = (ModeKind.ROUND_ROBIN, ModeKind.HELD_ROUND_ROBIN)
+_KINDS = {k.value: k for k in TransitionKind}
+_LOAD_ATTEMPTS = 3
+
+
+class FleetStateMissingError(LookupError):
+    """The database has no `fleet_state` row (not migrated)."""
+
+
+def auto_advance_after(kind: TransitionKind | None, mode: FleetMode, version: int) -> bool:
+    """Whether the rollout plan may move the fleet on from a state entered by `kind`.
+
+    Mirrors `modes.py`: trips and human rollbacks stop the plan, returns and resumes
+    restart it, a plan advance keeps it going until `learned`. Without a known kind (the
+    migration's seed, foreign rows) only the untouched cold-start baseline and rollout
+    stages advance.
+    """
+    if kind is None:
+        return mode.kind is ModeKind.ROLLOUT or (mode.kind is ModeKind.ROUND_ROBIN and version == 0)
+    if kind in (TransitionKind.AUTO_RETURN, TransitionKind.MANUAL_RESUME):
+        return True
+    if kind is TransitionKind.STAGE_ADVANCE:
+        return mode.kind is ModeKind.ROLLOUT
+    return False
+
+
+def is_policy_switch(from_label: str, to_label: str) -> bool:
+    """A change between the round-robin family and the learned family (unknown: no)."""
+    try:
+        before, after = FleetMode.parse(from_label), FleetMode.parse(to_label)
+    except ValueError:
+        return False
+    return (before.kind in _RR_FAMILY) != (after.kind in _RR_FAMILY)
+
+
+def transition_kind(evidence: Any, reason: str) -> TransitionKind | None:
+    """A mode change row's kind: its evidence marker, else a `kind: ...` reason prefix."""
+    marker = evidence.get(TRANSITION_KEY) if isinstance(evidence, dict) else None
+    if isinstance(marker, dict):
+        return _KINDS.get(str(marker.get("kind")))
+    prefix, sep, _ = reason.partition(": ")
+    return _KINDS.get(prefix) if sep else None
+
+
+def _claims_other_version(evidence: Any, version: int) -> bool:
+    marker = evidence.get(TRANSITION_KEY) if isinstance(evidence, dict) else None
+    return isinstance(marker, dict) and marker.get("version") != version
+
+
+@dataclass(frozen=True, slots=True)
+class SaveResult:
+    """`saved`: the switch is now the shared mode. Otherwise `stored` is what won."""
+
+    saved: bool
+    stored: ModeState | None = None
+
+
+class GuardStore:
+    """Load and compare-and-set the shared fleet mode (one engine, blocking calls)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def version(self) -> int:
+        """The stored version alone (the 500 ms sync's cheap first read)."""
+        with self.engine.connect() as conn:
+            value = conn.execute(
+                select(FleetState.version).where(FleetState.id == FLEET_STATE_ROW_ID)
+            ).scalar_one_or_none()
+        if value is None:
+            raise FleetStateMissingError("fleet_state has no row; run `slaguard db upgrade`")
+        return int(value)
+
+    def load(self, now_s: float) -> ModeState:
+        """The shared mode with everything the state machine needs to decide the next one."""
+        with self.engine.connect() as conn:
+            for _ in range(_LOAD_ATTEMPTS):
+                state = self._read(conn, now_s)
+                if state is not None:
+                    return state
+                conn.rollback()
+        # A switch landed between the two reads every time: the row alone is still right.
+        with self.engine.connect() as conn:
+            return self._read(conn, now_s, trust_row=True) or ModeState()
+
+    def _read(self, conn: Connection, now_s: float, trust_row: bool = False) -> ModeState | None:
+        row = conn.execute(
+            select(
+                FleetState.mode,
+                FleetState.since,
+                FleetState.reason,
+                FleetState.actor,
+                FleetState.version,
+            ).where(FleetState.id == FLEET_STATE_ROW_ID)
+        ).one_or_none()
+        if row is None:
+            raise FleetStateMissingError("fleet_state has no row; run `slaguard db upgrade`")
+        mode_label, since, reason, actor, version = row
+        mode = FleetMode.parse(mode_label)
+        last = conn.execute(
+            select(ModeChange.at, ModeChange.to_mode, ModeChange.reason, ModeChange.evidence)
+            .order_by(ModeChange.id.desc())
+            .limit(1)
+        ).one_or_none()
+        kind: TransitionKind | None = None
+        if last is not None and version > 0:
+            if _claims_other_version(last.evidence, version) or last.to_mode != mode_label:
+                if not trust_row:
+                    return None  # a switch landed between the two reads: read again
+            elif abs(_seconds(last.at) - _seconds(since)) < 1e-3:
+                kind = transition_kind(last.evidence, last.reason)
+        return ModeState(
+            mode=mode,
+            version=version,
+            since_s=_seconds(since),
+            reason=reason,
+            actor=actor,
+            auto_advance=auto_advance_after(kind, mode, version),
+            entered_by=kind,
+            switch_times_s=self._switch_times(conn, now_s),
+        )
+
+    def _switch_times(self, conn: Connection, now_s: float) -> tuple[float, ...]:
+        rows = conn.execute(
+            select(ModeChange.at, ModeChange.from_mode, ModeChange.to_mode)
+            .where(ModeChange.at > utc_from_unix(now_s - HOUR_S))
+            .order_by(ModeChange.at)
+        ).all()
+        return tuple(_seconds(at) for at, a, b in rows if is_policy_switch(a, b))
+
+    def save(
+        self, transition: ModeTransition, now_s: float, *, incident_id: int | None = None
+    ) -> SaveResult:
+        """Make `transition` the shared mode if nobody switched since its version - 1."""
+        evidence = dict(transition.evidence)
+        evidence[TRANSITION_KEY] = {"kind": transition.kind.value, "version": transition.version}
+        rec = ModeChangeRecord(
+            at_s=transition.at_s,
+            from_mode=transition.from_mode,
+            to_mode=transition.to_mode,
+            reason=transition.reason,
+            actor=transition.actor[:ACTOR_MAX],
+            evidence=evidence,
+            incident_id=incident_id,
+        )
+        try:
+            record_mode_change(self.engine, rec, expected_version=transition.version - 1)
+        except ModeConflictError:
+            return SaveResult(False, self.load(now_s))
+        return SaveResult(True)
+
+
+def _seconds(moment: datetime) -> float:
+    return moment.timestamp()
