@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -181,3 +182,20 @@ def test_drain_time_is_bounded_and_what_is_left_replays(tmp_path: Path) -> None:
         assert again.queue_depth >= left.queue_depth
         assert again.wait_flushed(30)
     assert (count(engine, Decision), count(engine, Outcome)) == (600, 600)
+
+
+def test_concurrent_producers_each_record_once(tmp_path: Path) -> None:
+    engine = create_audit_engine(f"sqlite:///{tmp_path / 'c.db'}")
+    upgrade(engine)
+    run = synthetic_run(2000, seed=13)
+    with AuditWriter(engine, tmp_path / "spill", WriterSettings(memory_queue_records=300)) as w:
+        producers = [
+            threading.Thread(target=enqueue_all, args=(w, run.decisions[k::4])) for k in range(4)
+        ]
+        for thread in producers:
+            thread.start()
+        for thread in producers:
+            thread.join()
+        assert w.wait_flushed(30)
+        assert w.rows_written == 2000
+    assert count(engine, Decision) == 2000

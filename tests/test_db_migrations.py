@@ -142,3 +142,17 @@ def test_unsupported_drivers_are_refused_in_one_line() -> None:
     result = CliRunner().invoke(app, ["db", "current", "--db", "postgresql+psycopg2://u@h/d"])
     assert result.exit_code == 2
     assert "driver 'postgresql+psycopg2' is not installed" in result.output
+
+
+def test_default_database_is_env_then_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SLAGUARD_DB", raising=False)
+    assert CliRunner().invoke(app, ["db", "upgrade"]).exit_code == 0
+    assert (tmp_path / "slaguard.db").is_file()
+    elsewhere = tmp_path / "env.db"
+    monkeypatch.setenv("SLAGUARD_DB", f"sqlite:///{elsewhere}")
+    result = CliRunner().invoke(app, ["db", "upgrade"])
+    assert result.exit_code == 0 and str(elsewhere) in result.output
+    assert elsewhere.is_file()

@@ -26,9 +26,9 @@ from slaguard.audit.records import (
 from slaguard.audit.store import open_incident, record_mode_change, record_weight_version
 from slaguard.audit.writer import AuditWriter
 from slaguard.fleet.fleet import Target, load_fleet
+from slaguard.scheduler.config import COMPONENTS
 
 SICK_TARGET = "l40s-8b-0"
-COMPONENTS = ("compute", "interconnect", "memory", "load", "jitter")
 _BASE_TTFT_S = {"h200": 0.25, "h100": 0.3, "a100": 0.5, "ascend910b": 0.6, "l40s": 0.8}
 _DEADLINE_S: dict[PriorityName, float] = {"high": 1.5, "normal": 4.0, "low": 12.0}
 _PRIORITIES: tuple[PriorityName, ...] = ("high", "normal", "low")
