@@ -86,6 +86,9 @@ def sqlite_url(tmp_path: Path) -> URL:
     return make_url(f"sqlite:///{tmp_path / 'audit.db'}")
 
 
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+"""Parameters for fixtures that run a test on each audit backend."""
+
 AUDIT_TABLES = ("outcomes", "decisions", "mode_changes", "incidents", "weight_versions")
 
 
@@ -101,7 +104,7 @@ def pg_audit_engine(pg_url: URL) -> Iterator[Engine]:
     engine.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=BACKENDS)
 def audit_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     """A migrated, empty audit database on each backend (PostgreSQL: truncated per test)."""
     from slaguard.audit.engine import create_audit_engine

@@ -162,6 +162,7 @@ def test_bad_input_gets_one_line_and_exit_2(db: str, tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.postgres
 def test_the_same_commands_work_on_postgres(pg_audit_engine: Engine, tmp_path: Path) -> None:
     load_run(pg_audit_engine, RUN, tmp_path / "spill")
     url = pg_audit_engine.url.render_as_string(hide_password=False)

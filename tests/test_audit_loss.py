@@ -27,6 +27,8 @@ from slaguard.audit.sample import synthetic_run
 from slaguard.audit.spill import SEGMENT_SUFFIX
 from slaguard.audit.writer import AuditWriter, WriterSettings
 
+pytestmark = pytest.mark.slow
+
 N = 3000
 RUN = synthetic_run(N, seed=3)
 IDS = [d.request_id for d in RUN.decisions]
@@ -65,6 +67,7 @@ def pg_engine(pg_audit_engine: Engine) -> Engine:
     return pg_audit_engine
 
 
+@pytest.mark.postgres
 def test_postgres_unreachable_then_reachable(pg_engine: Engine, tmp_path: Path) -> None:
     spill = tmp_path / "spill"
     wrong: URL = pg_engine.url.set(port=WRONG_PORT)
@@ -107,6 +110,7 @@ def restartable_cluster(pg_url: URL) -> Iterator[Callable[[], subprocess.Popen[b
         pg_connect(probe, retry_s=30).close()
 
 
+@pytest.mark.postgres
 def test_postgres_server_restart_mid_stream(
     pg_engine: Engine,
     tmp_path: Path,
@@ -204,6 +208,7 @@ def _run_and_kill(url: str, spill: Path) -> None:
     assert child.returncode == -signal.SIGKILL
 
 
+@pytest.mark.postgres
 def test_sigkill_after_acknowledging_replays_into_postgres(
     pg_engine: Engine, tmp_path: Path
 ) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import BACKENDS
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
@@ -38,7 +39,7 @@ def expected_frame() -> pd.DataFrame:
     return decisions.merge(outcomes, on="request_id")
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def loaded(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Engine, int]]:

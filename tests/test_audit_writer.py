@@ -62,6 +62,7 @@ def test_replayed_records_never_duplicate(audit_engine: Engine, tmp_path: Path) 
     assert stats.records_flushed == 650
 
 
+@pytest.mark.postgres
 def test_copy_and_multi_row_inserts_store_identical_rows(
     pg_audit_engine: Engine, tmp_path: Path
 ) -> None:

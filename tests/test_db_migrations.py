@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from conftest import BACKENDS
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.engine import URL
 from typer.testing import CliRunner
@@ -34,7 +35,7 @@ EXPECTED_INDEXES = {
 }
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=BACKENDS)
 def empty_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
     if request.param == "sqlite":
         return create_audit_engine(f"sqlite:///{tmp_path / 'm.db'}")
