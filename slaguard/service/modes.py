@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from slaguard.guard import rollout_compare
 from slaguard.guard.events import (
     GuardEvent,
     IncidentEvent,
@@ -30,9 +31,9 @@ from slaguard.guard.events import (
 from slaguard.guard.guard import Guard
 from slaguard.guard.modes import ModeState, TransitionResult
 from slaguard.guard.samples import GuardSample
-from slaguard.guard.verdicts import Action, Severity
+from slaguard.guard.verdicts import Action, JsonDict, Severity
 from slaguard.notify.dispatcher import IncidentDispatcher
-from slaguard.scheduler.rollout import FleetMode, ModeKind
+from slaguard.scheduler.rollout import Arm, FleetMode, ModeKind
 from slaguard.scheduler.state import FleetState
 from slaguard.service.store import ModeStore
 from slaguard.telemetry.metrics import SlaguardMetrics
@@ -214,6 +215,8 @@ class GuardedModes:
     def _publish_reports(self) -> None:
         for report in self.guard.last_reports:
             ev = report.evidence
+            if report.detector == rollout_compare.NAME:
+                self._publish_arm_ratios(ev)
             score = ev.get("score", ev.get("share", math.nan))
             limit = ev.get("threshold", math.nan)
             self.metrics.record_verdict(
@@ -222,6 +225,15 @@ class GuardedModes:
                 float(score) if isinstance(score, int | float) else math.nan,
                 float(limit) if isinstance(limit, int | float) else math.nan,
             )
+
+    def _publish_arm_ratios(self, evidence: JsonDict) -> None:
+        """Each arm's SLA violation ratio over the rollout comparison's window (NaN: no
+        requests in it, never a made-up 0)."""
+        for arm in Arm:
+            counts = evidence.get(arm.value, {})
+            requests = counts.get("requests", 0)
+            ratio = counts.get("violations", 0) / requests if requests else math.nan
+            self.metrics.set_arm_violation_ratio(arm.value, ratio)
 
     def _apply_jitter(self) -> None:
         z = self.guard.jitter_zscores()
