@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import given
@@ -48,8 +49,12 @@ def test_bad_outcome_status_fails() -> None:
         OutcomeRecord("r", 1.0, 0.1, 0.01, 1.0, "done", True)  # type: ignore[arg-type]
 
 
+@dataclass(slots=True)
 class _LazyExplanation:
-    """Stands in for the scheduler's Explanation: JSON only through to_dict()."""
+    """Stands in for the scheduler's Explanation: a dataclass holding objects that are
+    not JSON (the fleet), turned into JSON only through to_dict()."""
+
+    fleet: object = field(default_factory=object)
 
     def to_dict(self) -> dict[str, object]:
         return {"chosen": "a100-8b", "weights": {"compute": 0.5}}

@@ -60,12 +60,9 @@ class OutcomeLine(msgspec.Struct):
 
 
 def _encode_hook(value: object) -> object:
-    """JSON for any Mapping, and for explanation objects that offer `to_dict()`."""
+    """JSON for any Mapping (msgspec itself takes dicts only)."""
     if isinstance(value, Mapping):
         return dict(value)
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        return to_dict()
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
@@ -74,6 +71,12 @@ json_encoder = msgspec.json.Encoder(enc_hook=_encode_hook)
 
 _decode_header = msgspec.json.Decoder(DecisionHeader).decode
 _decode_outcome = msgspec.json.Decoder(OutcomeLine).decode
+
+
+def explanation_dict(record: DecisionRecord) -> Mapping[str, Any]:
+    """The explanation as a mapping: as given, or the producer object's `to_dict()`."""
+    explanation = record.explanation
+    return explanation if isinstance(explanation, Mapping) else explanation.to_dict()
 
 
 def encode_record(record: AuditRecord) -> bytes:
@@ -90,7 +93,7 @@ def encode_record(record: AuditRecord) -> bytes:
             DECISION_TAG
             + json_encoder.encode(header)
             + EXPLANATION_SEPARATOR
-            + json_encoder.encode(record.explanation)
+            + json_encoder.encode(explanation_dict(record))
             + b"\n"
         )
     return OUTCOME_TAG + json_encoder.encode(record) + b"\n"
@@ -154,6 +157,6 @@ def decision_row(rec: DecisionRecord) -> tuple[Any, ...]:
         rec.request_id, utc_from_unix(rec.decided_at_s), rec.model_id, rec.priority,
         rec.prompt_tokens, rec.max_new_tokens, rec.deadline_s, rec.policy_arm,
         rec.fleet_mode, rec.outcome, rec.target_id, rec.card_type,
-        json_encoder.encode(rec.explanation).decode(), rec.weights_version,
+        json_encoder.encode(explanation_dict(rec)).decode(), rec.weights_version,
         rec.config_hash, rec.decision_latency_s,
     )  # fmt: skip
