@@ -211,6 +211,7 @@ class ServiceRuntime:
             self.writer.enqueue(rec)
         except SpillFullError as exc:
             self.audit_refused += 1
+            self.metrics.count_audit_refused()
             log.error("decision %s not audited: %s", req.request_id, exc)
 
     def finish(
@@ -255,6 +256,7 @@ class ServiceRuntime:
                 )
             except SpillFullError as exc:
                 self.audit_refused += 1
+                self.metrics.count_audit_refused()
                 log.error("outcome of %s not audited: %s", req.request_id, exc)
         if entry.target_index is None:
             return Finished(True, False, sla_met)
