@@ -17,7 +17,9 @@ from sqlalchemy.engine import URL
 from slaguard.audit import service
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
+from slaguard.audit.records import IncidentRecord
 from slaguard.audit.sample import SICK_TARGET, load_run, synthetic_run
+from slaguard.audit.store import open_incident
 from slaguard.fleet.fleet import load_fleet
 
 START_S = 1_796_000_000.0
@@ -145,3 +147,15 @@ def test_prune_deletes_by_age_and_dry_run_only_counts(audit_engine: Engine, tmp_
     left = service.decisions(audit_engine, SINCE, UNTIL)
     assert len(left) == 300 - old
     assert left["decided_at"].min() >= cutoff
+
+
+def test_an_open_incident_runs_until_now(audit_engine: Engine, tmp_path: Path) -> None:
+    load_run(audit_engine, synthetic_run(200, start_s=START_S, seed=2), tmp_path / "spill")
+    opened = START_S + 3000
+    iid = open_incident(audit_engine, IncidentRecord(opened, "hot_spot", "ticket", "prefix x"))
+    now = UNTIL
+    tl = service.incident_timeline(audit_engine, iid, now=now, before=timedelta(minutes=10))
+    assert tl.phases["during"] == (datetime.fromtimestamp(opened, UTC), now)
+    assert set(tl.per_target["phase"]) == {"before", "during"}
+    start, end = tl.window
+    assert tl.mode_changes["at"].between(start, end).all()  # switches in the window, any cause
