@@ -29,6 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.sql.expression import TableClause
+from sqlalchemy.types import TypeEngine
 
 from slaguard.audit.lines import decode_lines
 from slaguard.audit.models import UtcDateTime
@@ -54,38 +55,19 @@ class _JsonText(TypeDecorator[str]):
 
 
 _TIME = UtcDateTime()
-# Write-side views of the tables: the explanation arrives already encoded as JSON text.
+_DOUBLE: Double[float] = Double()
+_WRITE_TYPES: dict[str, TypeEngine[Any]] = {
+    "decided_at": _TIME, "finished_at": _TIME, "explanation": _JsonText(),
+    "prompt_tokens": Integer(), "max_new_tokens": Integer(), "deadline_s": _DOUBLE,
+    "decision_latency_s": _DOUBLE, "ttft_s": _DOUBLE, "tpot_s": _DOUBLE, "e2e_s": _DOUBLE,
+    "sla_met": Boolean(),
+}  # fmt: skip
+"""Write-side column types (text otherwise); the explanation arrives as JSON text."""
 _DECISIONS: TableClause = table(
-    "decisions",
-    *(
-        column(name, Text())
-        for name in DECISION_COLUMNS
-        if name
-        not in {
-            "decided_at",
-            "explanation",
-            "prompt_tokens",
-            "max_new_tokens",
-            "deadline_s",
-            "decision_latency_s",
-        }
-    ),
-    column("decided_at", _TIME),
-    column("explanation", _JsonText()),
-    column("prompt_tokens", Integer()),
-    column("max_new_tokens", Integer()),
-    column("deadline_s", Double()),
-    column("decision_latency_s", Double()),
+    "decisions", *(column(n, _WRITE_TYPES.get(n, Text())) for n in DECISION_COLUMNS)
 )
 _OUTCOMES: TableClause = table(
-    "outcomes",
-    column("request_id", Text()),
-    column("finished_at", _TIME),
-    column("ttft_s", Double()),
-    column("tpot_s", Double()),
-    column("e2e_s", Double()),
-    column("status", Text()),
-    column("sla_met", Boolean()),
+    "outcomes", *(column(n, _WRITE_TYPES.get(n, Text())) for n in OUTCOME_COLUMNS)
 )
 
 
