@@ -175,3 +175,24 @@ def test_a_guard_flood_episode_becomes_one_thread(slack: FakeSlack) -> None:
 
 def guard_incident_id(post: dict[str, object]) -> str:
     return str(post["text"]).split()[1]
+
+
+def test_delivery_rounds_feed_the_slack_metrics(slack: FakeSlack) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from slaguard.telemetry.metrics import SlaguardMetrics
+
+    registry = CollectorRegistry()
+    metrics = SlaguardMetrics(registry)
+    dispatcher = IncidentDispatcher(_web(slack, max_retries=0))
+    slack.fail_next(500, times=1)
+    dispatcher.submit(incident(), 0.0)
+    metrics.count_slack_results(dispatcher.deliver_pending(0.0))
+    assert (
+        registry.get_sample_value(
+            "slaguard_slack_delivery_failures_total", {"reason": "server_error"}
+        )
+        == 1.0
+    )
+    metrics.count_slack_results(dispatcher.deliver_pending(60.0))
+    assert registry.get_sample_value("slaguard_slack_deliveries_total") == 1.0

@@ -144,7 +144,8 @@ class GuardedModes:
         self._apply_jitter()
         await self._handle(events, now_s)
         if self.dispatcher is not None:
-            await asyncio.to_thread(self.dispatcher.deliver_pending, now_s)
+            results = await asyncio.to_thread(self.dispatcher.deliver_pending, now_s)
+            self.metrics.count_slack_results(results)
 
     async def sync(self, now_s: float) -> None:
         if self.store is None:

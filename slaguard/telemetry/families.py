@@ -285,7 +285,7 @@ class MetricFamilies:
         )
         self.slack_failures = Counter(
             "slaguard_slack_delivery_failures_total",
-            "Slack messages lost after retries.",
+            "Slack deliveries failed after the client's retries (the outbox retries later).",
             ["reason"],
             registry=r,
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -30,6 +30,7 @@ from slaguard.telemetry.labels import (
     VERDICTS,
     TargetLabels,
     fleet_target_labels,
+    slack_failure_reason,
 )
 
 
@@ -247,6 +248,24 @@ class SlaguardMetrics(MetricFamilies):
     def count_slack_failure(self, reason: str) -> None:
         """A Slack message given up on; `reason` in ratelimited/server_error/connection/rejected."""
         self.slack_failures.labels(SLACK_FAILURE_REASONS.clean(reason)).inc()
+
+    def count_slack_results(self, results: Iterable[DeliveryOutcome]) -> None:
+        """Count one delivery round of the notify outbox: successes and failed attempts."""
+        for result in results:
+            if result.ok:
+                self.count_slack_delivery()
+            else:
+                self.count_slack_failure(slack_failure_reason(result.status_code))
+
+
+class DeliveryOutcome(Protocol):
+    """What the metrics need from a notifier's delivery result."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def status_code(self) -> int | None: ...
 
 
 def render_snapshot(registry: CollectorRegistry) -> str:
