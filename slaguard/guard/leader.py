@@ -139,6 +139,13 @@ class PostgresLeaderLease:
             self._conn = None
 
     def close(self) -> None:
+        """Unlock before closing: the server ends a closed session a moment later, and
+        the next replica should not have to wait for that."""
+        if self._held and self._conn is not None and not self._conn.closed:
+            try:
+                self._conn.execute("SELECT pg_advisory_unlock_all()")
+            except psycopg.Error:
+                log.debug("unlocking before close failed", exc_info=True)
         self._drop()
 
 

@@ -44,9 +44,11 @@ from slaguard.scheduler.rollout import RolloutPlan
 _print_lock = threading.Lock()
 
 
-def emit(event: str, replica: str, **fields: Any) -> None:
-    """One JSON line on stdout (whole lines even from several threads)."""
-    line = json.dumps({"event": event, "t": time.time(), "replica": replica, **fields})
+def emit(event: str, replica: str, t: float | None = None, **fields: Any) -> None:
+    """One JSON line on stdout (whole lines even from several threads); `t` defaults to
+    now."""
+    stamp = time.time() if t is None else t
+    line = json.dumps({"event": event, "t": stamp, "replica": replica, **fields})
     with _print_lock:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
@@ -111,17 +113,22 @@ def run(args: argparse.Namespace) -> int:
     emit("start", rid, pid=os.getpid(), lease=replica.lease.kind)
 
     def sync() -> None:
-        report = replica.sync(time.time())
+        # `t`: when the poll began (a lock it reports was verified after that);
+        # `done`: when the sync finished (a mode it reports was in use from then on).
+        started = time.time()
+        report = replica.sync(started)
+        done = time.time()
         if report.gained or report.lost:
-            emit("leader", rid, leader=report.leader)
+            emit("leader", rid, t=started, done=done, leader=report.leader)
         if report.adopted is not None:
             st = report.adopted
-            emit("adopted", rid, mode=st.mode.label, version=st.version, reason=st.reason,
-                 actor=st.actor, since=st.since_s)  # fmt: skip
+            emit("adopted", rid, t=done, mode=st.mode.label, version=st.version,
+                 reason=st.reason, actor=st.actor, since=st.since_s)  # fmt: skip
         if report.error is not None:
             emit("error", rid, where="sync", detail=report.error)
         st = replica.state()
-        emit("status", rid, leader=report.leader, mode=st.mode.label, version=st.version)
+        emit("status", rid, t=started, done=done, leader=report.leader, mode=st.mode.label,
+             version=st.version)  # fmt: skip
 
     def evaluate() -> None:
         _report(replica, replica.evaluate(time.time()))

@@ -119,6 +119,7 @@ class GuardReplica:
         self._local: deque[GuardSample] = deque(maxlen=LOCAL_QUEUE_MAX)
         self._unsaved: tuple[ModeTransition, int | None] | None = None
         self._paused_until_s = float("-inf")
+        self._leading = False
 
     # -- no I/O ---------------------------------------------------------------------------
 
@@ -131,7 +132,8 @@ class GuardReplica:
 
     @property
     def is_leader(self) -> bool:
-        return self.lease.held
+        """Leader as of the last sync (a lease lost since is noticed at the next)."""
+        return self._leading
 
     def observe(self, sample: GuardSample) -> None:
         """Queue one finished request of this replica for the detectors."""
@@ -142,9 +144,10 @@ class GuardReplica:
     def sync(self, now_s: float) -> SyncReport:
         """Poll leadership, take a mode written elsewhere, retry a switch not yet stored."""
         self.stats.syncs += 1
-        was = self.lease.held
+        was = self._leading
         leader = self.lease.poll()
         gained, lost = leader and not was, was and not leader
+        self._leading = leader
         try:
             with self._lock:
                 if self._unsaved is not None:
@@ -165,7 +168,7 @@ class GuardReplica:
         their detectors fed with local samples and return nothing."""
         if self.guard.state.version < 0:
             return []
-        leading = self.lease.held
+        leading = self._leading
         samples: list[GuardSample] = []
         if leading and self.feed is not None:
             try:
@@ -191,7 +194,7 @@ class GuardReplica:
     def deliver(self, now_s: float) -> list[tuple[QueuedMessage, DeliveryResult]]:
         """Leader: send each incident's oldest due message, in order; after a retryable
         failure nothing is sent until that message's retry time."""
-        if not self.lease.held or now_s < self._paused_until_s:
+        if not self._leading or now_s < self._paused_until_s:
             return []
         done: list[tuple[QueuedMessage, DeliveryResult]] = []
         try:
@@ -245,7 +248,7 @@ class GuardReplica:
                     actor=actor, reason=reason, stage_pct=stage_pct,
                 )  # fmt: skip
             finally:
-                if not self.lease.held:
+                if not self._leading:
                     self.guard.incidents.current = None
 
     def close(self) -> None:
@@ -277,7 +280,7 @@ class GuardReplica:
         if stored.version <= self.guard.state.version:
             return None
         events = self.guard.adopt_state(stored, now_s)
-        if self.lease.held and events:
+        if self._leading and events:
             self._store(events, now_s)
         return stored
 
@@ -314,7 +317,7 @@ class GuardReplica:
                 return
         # Another writer took that version: its state wins over the one we could not store.
         self.guard.state = stored
-        if self.lease.held:
+        if self._leading:
             self.guard.incidents.current = self.incidents.restore()
 
     def _prime_thread(self, msg: QueuedMessage) -> None:
