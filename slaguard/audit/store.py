@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, Insert, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -112,18 +112,26 @@ def record_mode_change(
                 ),
                 current,
             )  # fmt: skip
-        conn.execute(
-            insert(ModeChange).values(
-                at=utc_from_unix(rec.at_s),
-                from_mode=rec.from_mode,
-                to_mode=rec.to_mode,
-                reason=rec.reason,
-                actor=rec.actor,
-                evidence=_dict(rec.evidence),
-                incident_id=rec.incident_id,
-            )
-        )
+        conn.execute(_mode_change_row(rec))
     return current_mode(engine)
+
+
+def _mode_change_row(rec: ModeChangeRecord) -> Insert:
+    return insert(ModeChange).values(
+        at=utc_from_unix(rec.at_s),
+        from_mode=rec.from_mode,
+        to_mode=rec.to_mode,
+        reason=rec.reason,
+        actor=rec.actor,
+        evidence=_dict(rec.evidence),
+        incident_id=rec.incident_id,
+    )
+
+
+def log_mode_change(engine: Engine, rec: ModeChangeRecord) -> None:
+    """Add a switch to the history only, leaving the shared mode alone (simulated runs)."""
+    with engine.begin() as conn:
+        conn.execute(_mode_change_row(rec))
 
 
 def open_incident(engine: Engine, rec: IncidentRecord) -> int:

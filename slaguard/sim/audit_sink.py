@@ -1,0 +1,107 @@
+"""`slaguard simulate --audit-db URL`: record a simulated run with the audit writer.
+
+Simulated seconds are mapped onto wall-clock time from the moment the run starts
+(`base_epoch_s + now_s`), so the run's decisions answer `slaguard audit decisions --since -2h`
+like real ones. Decisions and outcomes go through the same background writer as the service;
+guard trips and mode switches are written as incidents and history rows after the run
+(history only: a simulation never changes the shared fleet mode).
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Any
+
+from slaguard.audit.from_scheduler import decision_record
+from slaguard.audit.records import IncidentRecord, ModeChangeRecord, OutcomeRecord
+from slaguard.audit.store import log_mode_change, open_incident
+from slaguard.audit.writer import AuditWriter
+from slaguard.scheduler.explain import Decision
+from slaguard.sim.engine import Simulation
+from slaguard.sim.observers import SimObserver
+from slaguard.sim.results import OutcomeInfo
+
+
+class AuditObserver(SimObserver):
+    """Enqueues one decision row and one outcome row per simulated request."""
+
+    def __init__(self, writer: AuditWriter, sim: Simulation, base_epoch_s: float) -> None:
+        self.writer = writer
+        self.sim = sim
+        self.base = base_epoch_s
+        self.decisions = 0
+        self.outcomes = 0
+
+    def on_decision(self, decision: Decision, now_s: float) -> None:
+        latencies = self.sim.results.decision_latency_s
+        self.writer.enqueue(
+            decision_record(
+                decision,
+                decided_at_s=self.base + now_s,
+                fleet_mode=self.sim.mode.label,
+                config_hash=self.sim.scheduler.config_hash,
+                latency_s=latencies[-1] if latencies else 0.0,
+            )
+        )
+        self.decisions += 1
+
+    def on_outcome(self, decision: Decision, now_s: float, outcome: OutcomeInfo) -> None:
+        self.writer.enqueue(
+            OutcomeRecord(
+                request_id=decision.request_id,
+                finished_at_s=self.base + now_s,
+                ttft_s=outcome.ttft_s,
+                tpot_s=outcome.tpot_s,
+                e2e_s=outcome.e2e_s,
+                status=outcome.status,  # type: ignore[arg-type]
+                sla_met=outcome.sla_met,
+            )
+        )
+        self.outcomes += 1
+
+    def record_guard_history(self, report: dict[str, Any]) -> list[int]:
+        """Write the run's trips as incidents and its mode switches as history rows."""
+        engine = self.writer.engine
+        timeline = report["guard"]["mode_timeline"]
+        incident_ids: list[int] = []
+        for trip in report["guard"]["trips"]:
+            at = float(trip["at_s"])
+            later = [
+                float(m["at_s"])
+                for m in timeline
+                if float(m["at_s"]) > at and not str(m["mode"]).endswith("round_robin")
+            ]
+            incident_ids.append(
+                open_incident(
+                    engine,
+                    IncidentRecord(
+                        opened_at_s=self.base + at,
+                        detector=str(trip["detector"]),
+                        severity=str(trip.get("severity", "critical")),
+                        subject=str(trip["subject"]),
+                        evidence={**trip.get("evidence", {}), "simulated": True},
+                        resolved_at_s=self.base + later[0] if later else None,
+                        notification_state="simulated",
+                    ),
+                )
+            )
+        for prev, cur in pairwise(timeline):
+            at = float(cur["at_s"])
+            linked = [
+                i
+                for i, trip in zip(incident_ids, report["guard"]["trips"], strict=True)
+                if abs(float(trip["at_s"]) - at) <= 1.0
+            ]
+            log_mode_change(
+                engine,
+                ModeChangeRecord(
+                    at_s=self.base + at,
+                    from_mode=str(prev["mode"]),
+                    to_mode=str(cur["mode"]),
+                    reason=str(cur["reason"]),
+                    actor="simulator",
+                    evidence={"simulated": True},
+                    incident_id=linked[0] if linked else None,
+                ),
+            )
+        return incident_ids
