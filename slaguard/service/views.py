@@ -6,14 +6,22 @@ import asyncio
 import json
 from typing import Any
 
-import msgspec
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import ValidationError
 
 from slaguard.audit.records import OutcomeRecord
 from slaguard.audit.service import UnknownRequestError, explain
+from slaguard.service.hotpath import (
+    DirectRoute,
+    error_response,
+    invalid,
+    json_body,
+    json_response,
+    query_flag,
+)
 from slaguard.service.runtime import FieldError, Pending, ServiceRuntime
 from slaguard.service.schemas import (
     ID_PATTERN,
@@ -28,11 +36,12 @@ from slaguard.service.schemas import (
 from slaguard.telemetry.metrics import render_snapshot
 
 router = APIRouter()
+hot = APIRouter(route_class=DirectRoute)
+"""The once-per-inference-request endpoints (see `hotpath`)."""
 ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse},
     422: {"model": ErrorResponse},
 }
-_encode = msgspec.json.Encoder().encode
 
 
 def runtime_of(request: Request) -> ServiceRuntime:
@@ -65,23 +74,39 @@ def route_body(rt: ServiceRuntime, entry: Pending, explain_it: bool) -> dict[str
     return body
 
 
-@router.post(
+EXPLAIN_PARAMETER: dict[str, Any] = {
+    "name": "explain",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "boolean", "default": False},
+    "description": "include the explanation",
+}
+
+
+@hot.post(
     "/v1/route",
     response_model=RouteResponse,
     responses=ERRORS,
     summary="Choose a target for one request",
+    openapi_extra=json_body(RouteRequest, EXPLAIN_PARAMETER),
 )
-async def route(
-    body: RouteRequest,
-    request: Request,
-    explain_it: bool = Query(False, alias="explain", description="include the explanation"),
-) -> Response:
+async def route(request: Request) -> Response:
+    try:
+        body = RouteRequest.model_validate_json(await request.body())
+    except ValidationError as exc:
+        return invalid(exc)
+    try:
+        explain_it = query_flag(request, "explain")
+    except ValidationError as exc:
+        return invalid(exc, "explain")
     rt = runtime_of(request)
-    if body.request_id is not None and body.request_id in rt.pending:
-        entry = rt.pending[body.request_id]
-    else:
-        rt.check_model(body.model)
-        priority = rt.priority_of(body.priority)
+    entry = None if body.request_id is None else rt.pending.get(body.request_id)
+    if entry is None:
+        try:
+            rt.check_model(body.model)
+            priority = rt.priority_of(body.priority)
+        except FieldError as exc:
+            return error_response(422, str(exc))
         req = rt.request(
             model=body.model,
             prompt_tokens=body.prompt_tokens,
@@ -92,20 +117,28 @@ async def route(
             prefix_id=body.prefix_id or body.prompt_hash,
         )
         entry = rt.decide(req)
-    return Response(_encode(route_body(rt, entry, explain_it)), media_type="application/json")
+    return json_response(route_body(rt, entry, explain_it))
 
 
-@router.post(
+@hot.post(
     "/v1/feedback",
     response_model=FeedbackResponse,
     responses=ERRORS,
     summary="Report how a routed request went",
+    openapi_extra=json_body(FeedbackRequest),
 )
-async def feedback(body: FeedbackRequest, request: Request) -> FeedbackResponse:
+async def feedback(request: Request) -> Response:
+    try:
+        body = FeedbackRequest.model_validate_json(await request.body())
+    except ValidationError as exc:
+        return invalid(exc)
     rt = runtime_of(request)
     entry = rt.pending.get(body.decision_id)
     if entry is None:
-        return await _feedback_from_db(rt, body)
+        try:
+            return json_response(await _feedback_from_db(rt, body))
+        except NotFoundError as exc:
+            return error_response(404, str(exc))
     done = rt.finish(
         entry,
         body.status,
@@ -115,15 +148,17 @@ async def feedback(body: FeedbackRequest, request: Request) -> FeedbackResponse:
         prompt_tokens=body.prompt_tokens,
         completion_tokens=body.completion_tokens,
     )
-    return FeedbackResponse(
-        decision_id=body.decision_id,
-        recorded=done.recorded,
-        duplicate=done.duplicate,
-        sla_met=done.sla_met,
+    return json_response(
+        {
+            "decision_id": body.decision_id,
+            "recorded": done.recorded,
+            "duplicate": done.duplicate,
+            "sla_met": done.sla_met,
+        }
     )
 
 
-async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> FeedbackResponse:
+async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> dict[str, Any]:
     """A decision no longer held in memory: its outcome goes to the audit line only."""
     found = None
     if rt.store is not None:
@@ -133,10 +168,9 @@ async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> Feedba
             f"decision_id: no decision {body.decision_id!r}; fix: send the decision_id "
             "that POST /v1/route returned"
         )
+    answer = {"decision_id": body.decision_id, "recorded": False, "duplicate": True}
     if found.has_outcome:
-        return FeedbackResponse(
-            decision_id=body.decision_id, recorded=False, duplicate=True, sla_met=None
-        )
+        return {**answer, "sla_met": None}
     ok = body.status == "ok" and body.ttft_s is not None and body.ttft_s <= found.deadline_s
     if rt.writer is not None:
         rt.writer.enqueue(
@@ -144,9 +178,7 @@ async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> Feedba
                 body.decision_id, rt.clock(), body.ttft_s, body.tpot_s, body.e2e_s, body.status, ok
             )
         )
-    return FeedbackResponse(
-        decision_id=body.decision_id, recorded=True, duplicate=False, sla_met=ok
-    )
+    return {**answer, "recorded": True, "duplicate": False, "sla_met": ok}
 
 
 @router.post(

@@ -1,0 +1,124 @@
+"""The per-request endpoints without FastAPI's router and dependency injection.
+
+Profiled on `/v1/route`, FastAPI's own pipeline (its middleware, matching the path against
+every route twice, dependency solving, the pydantic body and response-model round trips)
+cost about as much CPU as the routing decision and its audit record together. The
+endpoints that run once per inference request are therefore `DirectRoute`s: they take the
+Starlette `Request`, validate the raw body with the same pydantic model
+(`model_validate_json`: same bounds, same field-naming messages) and return a finished
+`Response`, errors included. `HotPathMiddleware` sends an exact method + path match
+straight to them; every other request goes through FastAPI as before. The routes stay in
+FastAPI's table, so `/openapi.json` publishes their bodies (`json_body`) and another
+method on the same path still gets a 405.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+from fastapi import APIRouter, Request, Response
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+Endpoint = Callable[[Request], Coroutine[Any, Any, Response]]
+encode_json = msgspec.json.Encoder().encode
+_FLAG: TypeAdapter[bool] = TypeAdapter(bool)
+
+
+class DirectRoute(APIRoute):
+    """An APIRoute whose endpoint takes the `Request` and returns the `Response` itself."""
+
+    def get_route_handler(self) -> Endpoint:
+        endpoint: Endpoint = self.endpoint
+        return endpoint
+
+
+class HotPathMiddleware:
+    """Send exact (method, path) matches to their `DirectRoute` endpoint, skipping FastAPI's
+    exception middleware and router; anything else passes through. It sits inside
+    FastAPI's ServerErrorMiddleware, so an unexpected exception is still a logged 500."""
+
+    def __init__(self, app: ASGIApp, endpoints: Mapping[tuple[str, str], Endpoint]) -> None:
+        self.app = app
+        self.endpoints = dict(endpoints)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            endpoint = self.endpoints.get((scope["method"], scope["path"]))
+            if endpoint is not None:
+                response = await endpoint(Request(scope, receive))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def direct_endpoints(routers: Iterable[APIRouter]) -> dict[tuple[str, str], Endpoint]:
+    """Every `DirectRoute` of `routers`, keyed by (method, path)."""
+    return {
+        (method, route.path): route.endpoint
+        for router in routers
+        for route in router.routes
+        if isinstance(route, DirectRoute)
+        for method in route.methods or ()
+    }
+
+
+def json_body(model: type[BaseModel], *parameters: dict[str, Any]) -> dict[str, Any]:
+    """`openapi_extra` publishing `model` as the JSON request body (and query/header
+    `parameters`), for an endpoint that parses its body itself."""
+    extra: dict[str, Any] = {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": model.model_json_schema()}},
+        }
+    }
+    if parameters:
+        extra["parameters"] = list(parameters)
+    return extra
+
+
+def json_response(body: object, status: int = 200) -> Response:
+    """A JSON answer encoded with msgspec (no pydantic response-model round trip)."""
+    return Response(encode_json(body), status, media_type="application/json")
+
+
+def error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
+    """The service's error body, `{"error": "<field>: <problem>"}`."""
+    return Response(
+        encode_json({"error": message}), status, dict(headers or {}), "application/json"
+    )
+
+
+def _where(loc: Sequence[Any]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:] or parts
+    return ".".join(parts) or "body"
+
+
+def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
+    """One line for the first problem, naming the field."""
+    if not errors:
+        return "body: invalid request"
+    err = errors[0]
+    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    return f"{_where(err.get('loc', ()))}: {err.get('msg', 'invalid')}{more}"
+
+
+def invalid(exc: ValidationError, prefix: str = "") -> Response:
+    """422 naming the first invalid field (`prefix` names what was validated: a query
+    parameter validated on its own has an empty location)."""
+    errors = exc.errors()
+    if prefix:
+        errors = [{**e, "loc": (prefix, *e["loc"])} for e in errors]
+    return error_response(422, validation_message(errors))
+
+
+def query_flag(request: Request, name: str) -> bool:
+    """A boolean query parameter (`1`, `true`, `yes`, `on` ...; absent: False); raises
+    ValidationError on anything else."""
+    raw = request.query_params.get(name)
+    return False if raw is None else _FLAG.validate_python(raw)
