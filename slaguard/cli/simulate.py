@@ -15,9 +15,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.fleet import Fleet
+from slaguard.guard.guard import Guard
 from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, RolloutPlan
 from slaguard.sim.engine import SimOptions, Simulation
 from slaguard.sim.faults import FaultError, FaultSchedule, apply_arrival_faults, load_faults
+from slaguard.sim.guarded import GuardController, releases_from
 from slaguard.sim.observers import FixedPolicy, RolloutController, SimObserver
 from slaguard.sim.paths import default_trace_path
 from slaguard.sim.report import build_report, print_summary
@@ -33,14 +35,16 @@ class Policy(StrEnum):
     GUARDED = "guarded"
 
 
-def _controller(policy: Policy, plan: RolloutPlan) -> SimObserver:
+def _controller(
+    policy: Policy, plan: RolloutPlan, fleet: Fleet, schedule: FaultSchedule, rate_scale: float
+) -> SimObserver:
     if policy is Policy.ROUND_ROBIN:
         return FixedPolicy(ROUND_ROBIN)
     if policy is Policy.LEARNED:
         return FixedPolicy(LEARNED)
     if policy is Policy.ROLLOUT:
         return RolloutController(plan)
-    fail("--policy guarded: the guard is not wired into the simulator yet; use rollout")
+    return GuardController(Guard(plan=plan), fleet, releases_from(schedule, rate_scale))
 
 
 def _truncate(trace: Trace, duration_s: float | None) -> Trace:
@@ -89,7 +93,7 @@ def simulate(
     fleet = load_or_fail(fleet_file)
     workload, schedule, trace_path = prepare(fleet, trace, trace_format, faults, seed, duration)
     plan = RolloutPlan(baseline_s=baseline_s, stage_s=stage_s)
-    controller = _controller(policy, plan)
+    controller = _controller(policy, plan, fleet, schedule, rate_scale)
     sim = Simulation(
         fleet,
         workload,
@@ -130,6 +134,7 @@ def simulate(
         policy=policy.value,
         trace_path=trace_path,
         faults=schedule.report_rows(),
+        trips=controller.trips if isinstance(controller, GuardController) else None,
         extra=extra,
     )
     print_summary(report, Console())
