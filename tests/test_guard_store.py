@@ -162,12 +162,12 @@ def arm_samples(at_s: float, n: int = 60) -> list[GuardSample]:
     return out
 
 
-def start_rollout(store: GuardStore, stage_pct: int = 50) -> None:
-    """A human resumes the fleet at `stage_pct` at T0."""
+def start_rollout(store: GuardStore, stage_pct: int = 50, at_s: float = T0) -> None:
+    """A human resumes the fleet at `stage_pct` at `at_s`."""
     result = modes.manual_resume(
-        store.load(T0), T0, PLAN, actor="a", reason="go", stage_pct=stage_pct
+        store.load(at_s), at_s, PLAN, actor="a", reason="go", stage_pct=stage_pct
     )
-    assert result.transition is not None and store.save(result.transition, T0).saved
+    assert result.transition is not None and store.save(result.transition, at_s).saved
 
 
 def trip(guard: Guard, at_s: float) -> list[GuardEvent]:

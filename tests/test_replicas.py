@@ -223,6 +223,7 @@ def test_cli_changes_reach_every_replica_within_a_second(pg_cluster: Any) -> Non
     engine, replicas, _ = pg_cluster
     wait_for("exactly one leader", lambda: the_leader(replicas))
     db = ["--db", engine.url.render_as_string(hide_password=False)]
+    cli("status", *db)  # warm this process's first database use out of the measurement
     delays = [
         propagation(engine, replicas, "resume", "--stage", "50", "--actor", "ops", *db),
         propagation(engine, replicas, "rollback", "--reason", "drill", *db),
@@ -242,14 +243,21 @@ def test_trip_notifies_once_and_failover_neither_resends_nor_loses(pg_cluster: A
     assert before.mode.label == "rollout(50)"
     insert_arm_rows(engine, time.time() - 3.0, n=250, prefix="fault-")  # learned 40 % misses
     trip = wait_for("the trip", lambda: leader.events("mode_changed"), 20.0)[0]
-    assert (trip["from"], trip["to"], trip["kind"]) == ("rollout(50)", "round_robin", "trip")
+    assert (trip["from_mode"], trip["to_mode"], trip["kind"]) == (
+        "rollout(50)",
+        "round_robin",
+        "trip",
+    )
     stored = GuardStore(engine).load(time.time())
     assert stored.version == before.version + 1
+    reached = []
     for r in replicas:
         hit = wait_for(f"{r.name} on round_robin", lambda r=r: [
             x for x in r.lines if x["event"] in ("adopted", "mode_changed")
             and x["version"] == stored.version])  # fmt: skip
-        assert hit[0]["t"] - stored.since_s < PROPAGATION_S
+        reached.append(hit[0]["t"] - stored.since_s)
+    print(f"\ntrip reached the replicas after (s): {', '.join(f'{d:.3f}' for d in reached)}")
+    assert max(reached) < PROPAGATION_S
     first = wait_for("the incident message", lambda: notify_lines(tmp))
     assert [(m["state"], m["detector"]) for m in first] == [("opened", "rollout_compare")]
     with Session(engine) as session:

@@ -160,7 +160,7 @@ def status(
             "entered_by": None if st.entered_by is None else st.entered_by.value,
             "plan_advances": st.auto_advance,
             "switches_last_hour": st.switches_within_hour(now_s), "leader": leader,
-            "open_incidents": json.loads(incidents.to_json(orient="records", date_unit="s")),
+            "open_incidents": json.loads(incidents.to_json(orient="records", date_format="iso")),
             "arms": json.loads(arms.arms.to_json(orient="records")),
             "window_s": span.total_seconds(), "learned_vs_round_robin": arms.ratio,
             "verdict": arms.verdict,

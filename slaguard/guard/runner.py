@@ -79,8 +79,8 @@ def _report(replica: GuardReplica, events: list[GuardEvent]) -> None:
     for event in events:
         if isinstance(event, ModeChangedEvent):
             tr = event.transition
-            emit("mode_changed", rid, kind=tr.kind.value, to=tr.to_mode, version=tr.version,
-                 message=event.message, **{"from": tr.from_mode})  # fmt: skip
+            emit("mode_changed", rid, kind=tr.kind.value, to_mode=tr.to_mode, version=tr.version,
+                 message=event.message, from_mode=tr.from_mode)  # fmt: skip
         elif isinstance(event, IncidentEvent):
             emit("incident", rid, state=event.state.value, detector=event.detector,
                  subject=event.subject)  # fmt: skip

@@ -5,7 +5,7 @@ on its own.
 | call | caller | period | what |
 |---|---|---|---|
 | `current()`, `state()`, `router_inputs()` | router | every decision | no I/O |
-| `observe(sample)` | request path | per finished request | queue only, no lock, no I/O |
+| `observe(sample)` | request path | per finished request | queue only (local feed) |
 | `sync(now_s)` | mode sync job | 500 ms | leadership poll; adopt a newer stored mode |
 | `evaluate(now_s)` | detector job | 1 s | leader: feed, evaluate, store events |
 | `deliver(now_s)` | notify job | 1 s | leader: send due outbox messages |
@@ -136,8 +136,10 @@ class GuardReplica:
         return self._leading
 
     def observe(self, sample: GuardSample) -> None:
-        """Queue one finished request of this replica for the detectors."""
-        self._local.append(sample)
+        """Queue one finished request of this replica for the detectors. Ignored with an
+        audit feed, which already brings every replica's requests (no double counting)."""
+        if self.feed is None:
+            self._local.append(sample)
 
     # -- the loops ------------------------------------------------------------------------
 

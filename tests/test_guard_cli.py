@@ -1,0 +1,194 @@
+"""`slaguard rollback | resume | status | history | incidents` end to end on both backends:
+one line per change, idempotent answers, who and why recorded, incidents resolved by a
+resume, status figures from the audit rows, and bad input as one `error:` line, exit 2."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, select
+from test_guard_store import insert_arm_rows, start_rollout, trip, tripping_guard
+from typer.testing import CliRunner
+
+from slaguard.audit.models import ModeChange
+from slaguard.cli.main import app
+from slaguard.guard.incident_store import IncidentStore
+from slaguard.guard.leader import lease_for
+from slaguard.guard.persist import EventPersister
+from slaguard.guard.store import GuardStore
+
+runner = CliRunner()
+
+
+def url_of(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=False)
+
+
+def ok(*args: str) -> str:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def change(engine: Engine, *args: str) -> str:
+    """A mode command: exactly one line out."""
+    out = ok(*args, "--db", url_of(engine))
+    assert out.count("\n") == 1, out
+    return out.strip()
+
+
+def one_line_error(*args: str) -> str:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    return result.stderr
+
+
+def test_changes_say_what_happened_once_and_are_idempotent(audit_engine: Engine) -> None:
+    me = getpass.getuser()
+    said = [
+        change(audit_engine, "rollback", "--reason", "drill"),
+        change(audit_engine, "resume", "--stage", "50", "--actor", "alice", "--reason", "ok"),
+        change(audit_engine, "resume", "--stage", "50"),
+        change(audit_engine, "rollback", "--reason", "l40s slow", "--actor", "bob"),
+        change(audit_engine, "rollback", "--reason", "again"),
+        change(audit_engine, "rollback", "--hold", "--reason", "freeze", "--actor", "bob"),
+        change(audit_engine, "rollback", "--hold", "--reason", "freeze again"),
+        change(audit_engine, "resume"),
+    ]
+    assert said == [
+        "fleet already on round_robin; nothing to roll back",
+        "fleet resumed at rollout(50) by alice (ok)",
+        "fleet already on rollout(50); no change",
+        "rollout 'rollout(50)' aborted: fleet on round_robin by bob (l40s slow)",
+        "fleet already on round_robin; nothing to roll back",
+        "fleet held on round-robin by bob (freeze)",
+        "fleet already held on round-robin; no change",
+        f"fleet resumed at rollout(10) by {me} (manual resume)",
+    ]
+    with audit_engine.connect() as conn:
+        rows = conn.execute(
+            select(ModeChange.to_mode, ModeChange.actor, ModeChange.reason).order_by(ModeChange.id)
+        ).all()
+    assert [tuple(r) for r in rows] == [
+        ("rollout(50)", "alice", "ok"),
+        ("round_robin", "bob", "l40s slow"),
+        ("held_round_robin", "bob", "freeze"),
+        ("rollout(10)", me, "manual resume"),
+    ]
+    history = json.loads(ok("history", "--db", url_of(audit_engine), "-f", "json"))
+    assert [(h["kind"], h["to_mode"], h["actor"]) for h in history] == [
+        ("manual_resume", "rollout(50)", "alice"),
+        ("manual_rollback", "round_robin", "bob"),
+        ("manual_hold", "held_round_robin", "bob"),
+        ("manual_resume", "rollout(10)", me),
+    ]
+    assert history[0]["incident_id"] is None
+    old = ok("history", "--db", url_of(audit_engine), "--since", "-3h", "--until", "-2h")
+    assert "(0 rows)" in old
+
+
+def test_trip_then_status_incidents_and_a_resume_that_resolves(audit_engine: Engine) -> None:
+    now = time.time()
+    store = GuardStore(audit_engine)
+    start_rollout(store, at_s=now - 30)
+    guard = tripping_guard(store.load(now - 20))
+    EventPersister(store, IncidentStore(audit_engine)).persist(
+        guard, trip(guard, now - 15), now - 10
+    )
+    insert_arm_rows(audit_engine, now - 60)  # learned 24/60 missed, round-robin 2/60
+    db = ["--db", url_of(audit_engine)]
+    text = ok("status", *db)
+    assert "fleet mode:   round_robin since " in text
+    assert "why:          rollout_compare: learned arm violates the SLA at 40.00%" in text
+    assert "(trip)" in text and "who:          guard (version 2)" in text
+    assert "switches:     2 policy switches in the last hour" in text
+    assert "guard leader: none (no guard replica is running)" in text
+    assert "incidents:    1 open" in text and "rollout_compare on arm:learned (critical)" in text
+    assert "notification pending:r0" in text
+    assert (
+        "learned            60 decisions       60 outcomes      24 violations  rate 40.00%" in text
+    )
+    assert (
+        "round_robin        60 decisions       60 outcomes       2 violations  rate 3.33%" in text
+    )
+    assert "x12.00 (above the x1.05 rollback rule; fewer than 200 outcomes per arm" in text
+    status = json.loads(ok("status", *db, "--json", "--window", "5m"))
+    assert status["mode"] == "round_robin" and status["entered_by"] == "trip"
+    assert status["plan_advances"] is False and status["switches_last_hour"] == 2
+    assert status["learned_vs_round_robin"] == pytest.approx(12.0)
+    assert [a["sla_violations"] for a in status["arms"]] == [24, 2]
+    (open_one,) = json.loads(ok("incidents", "--open", *db, "-f", "json"))
+    assert (open_one["detector"], open_one["messages_waiting"]) == ("rollout_compare", 1)
+    inc = open_one["id"]
+    said = change(audit_engine, "resume", "--reason", f"incident {inc} reviewed", "--actor", "c")
+    assert said == (
+        f"fleet resumed at rollout(10) by c (incident {inc} reviewed); incident {inc} resolved "
+        "(message queued for the guard)"
+    )
+    assert "(0 rows)" in ok("incidents", "--open", *db)
+    (closed,) = json.loads(ok("incidents", *db, "-f", "json", "--since", "-1h"))
+    assert closed["resolved_at"] is not None and closed["messages_waiting"] == 2
+    history = json.loads(ok("history", *db, "-f", "json"))
+    assert [(h["kind"], h["incident_id"]) for h in history] == [
+        ("manual_resume", None), ("trip", inc), ("manual_resume", inc),
+    ]  # fmt: skip
+
+
+def test_status_names_the_current_leader(audit_engine: Engine) -> None:
+    lease = lease_for(audit_engine.url, "host-a:4242")
+    try:
+        assert lease.poll()
+        assert "guard leader: host-a:4242" in ok("status", "--db", url_of(audit_engine))
+    finally:
+        lease.close()
+
+
+def test_bad_input_is_one_line_and_exit_2(audit_engine: Engine, tmp_path: Path) -> None:
+    db = ["--db", url_of(audit_engine)]
+    assert "--reason: required" in one_line_error("rollback", *db)
+    assert "--reason: required" in one_line_error("rollback", "--reason", "  ", *db)
+    assert "--actor: empty" in one_line_error("rollback", "--reason", "x", "--actor", "", *db)
+    for stage in ("0", "101", "ten"):
+        assert f"--stage: '{stage}' is not a percentage" in one_line_error(
+            "resume", "--stage", stage, *db
+        )
+    assert "--since" in one_line_error("history", "--since", "yesterday-ish", *db)
+    assert "--since" in one_line_error("history", "--since", "now", "--until", "-1h", *db)
+    assert "--since" in one_line_error("incidents", "--since", "soon", *db)
+    assert "--window" in one_line_error("status", "--window", "-5", *db)
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).execute("CREATE TABLE unrelated (x)").connection.close()
+    for command in (["status"], ["rollback", "--reason", "x"], ["resume"], ["history"]):
+        assert "has no slaguard schema; run `slaguard db upgrade" in one_line_error(
+            *command, "--db", str(empty)
+        )
+    assert "does not exist" in one_line_error("status", "--db", str(tmp_path / "nope.db"))
+    unreachable = "postgresql+psycopg://postgres@127.0.0.1:1/x"
+    assert "cannot reach database" in one_line_error("rollback", "--reason", "x", "--db",
+                                                     unreachable)  # fmt: skip
+    assert "not supported" in one_line_error("incidents", "--db", "mysql://u@h/db")
+
+
+def test_the_installed_command_acts_on_the_database(pg_audit_engine: Engine) -> None:
+    """The real `slaguard` binary, with no service running."""
+    db = ["--db", url_of(pg_audit_engine)]
+    ok("rollback", "--hold", "--reason", "setup", *db)  # from whatever the module left
+    ok("resume", "--stage", "10", "--reason", "setup", *db)
+    exe = Path(sys.executable).with_name("slaguard")
+    done = subprocess.run(
+        [str(exe), "rollback", "--reason", "drill", "--actor", "ops", "--db",
+         url_of(pg_audit_engine)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "rollout 'rollout(10)' aborted: fleet on round_robin by ops (drill)\n"
+    assert GuardStore(pg_audit_engine).load(time.time()).mode.label == "round_robin"
