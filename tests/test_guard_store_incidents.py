@@ -15,7 +15,7 @@ from test_guard_store import T0, start_rollout, trip, tripping_guard
 
 from slaguard.audit.models import Incident
 from slaguard.guard.events import IncidentEvent, IncidentState
-from slaguard.guard.incident_store import GUARD_KEY, OUTBOX_KEY, IncidentStore
+from slaguard.guard.incident_store import GUARD_KEY, OUTBOX_KEY, UPDATES_KEY, IncidentStore
 from slaguard.guard.leader import SoloLease
 from slaguard.guard.manual import ManualAction
 from slaguard.guard.persist import EventPersister
@@ -120,7 +120,9 @@ def test_outage_retries_with_backoff_in_order(audit_engine: Engine, slack: FakeS
     ]
     texts = [p.body["text"] for p in slack.posts()]
     assert texts[0].startswith("[opened]") and texts[1].startswith("[updated]")
-    assert incident_row(audit_engine).notification_state == "delivered:r1"
+    row = incident_row(audit_engine)
+    assert row.notification_state == "delivered:r1" and row.evidence[OUTBOX_KEY] == []
+    assert [u["summary"] for u in row.evidence[UPDATES_KEY]] == ["also: tier l40s"]  # kept
 
 
 def test_429_waits_at_least_retry_after_and_permanent_errors_drop_one_message(
@@ -161,3 +163,6 @@ def test_updates_after_the_resolution_are_dropped(audit_engine: Engine) -> None:
     assert store.restore() is None
     row = incident_row(audit_engine)
     assert [m["event"]["revision"] for m in row.evidence[OUTBOX_KEY]] == [0, 1]
+    assert [(u["state"], u["summary"]) for u in row.evidence[UPDATES_KEY]] == [
+        ("resolved", "held by bob")
+    ]

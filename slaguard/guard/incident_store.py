@@ -5,9 +5,11 @@ it has seen), deliver what the old leader queued but had not sent, and never res
 was sent. The existing `incidents` row holds all of it, no schema change:
 
 * `evidence`: the detectors' evidence at the opening (verdicts with their numbers), plus
-  `guard` (the tracker's bookkeeping: revision, modes, cleared, seen subjects, messages
-  sent) and `outbox` (messages not yet delivered, oldest first, with attempts and the
-  next attempt time). Delivered messages leave the outbox, so the row stays small.
+  `updates` (every later state change as its message states it: detectors joining with
+  their numbers, the clear, the resolution; kept for the postmortem), `guard` (the
+  tracker's bookkeeping: revision, modes, cleared, seen subjects, messages sent) and
+  `outbox` (messages not yet delivered, oldest first, with attempts and the next attempt
+  time; delivered ones leave it).
 * `notification_state`: `pending:rN` / `retrying:rN` (N: the revision waiting) or, with
   an empty outbox, `delivered:rN` / `dropped:rN` (the last message's fate).
 * `slack_channel` + `slack_ts`: the thread root, so whoever sends a reply threads it.
@@ -33,6 +35,7 @@ from slaguard.guard.verdicts import JsonDict, Severity
 
 GUARD_KEY = "guard"
 OUTBOX_KEY = "outbox"
+UPDATES_KEY = "updates"
 BASE_BACKOFF_S = 2.0
 MAX_BACKOFF_S = 300.0
 """Retry schedule of an undelivered message (the notify line's outbox uses the same)."""
@@ -155,6 +158,7 @@ class IncidentStore:
             book["revision"] = revision + 1
             evidence[GUARD_KEY] = book
             evidence[OUTBOX_KEY] = [*(evidence.get(OUTBOX_KEY) or []), _entry(stored, now_s)]
+            evidence[UPDATES_KEY] = [*(evidence.get(UPDATES_KEY) or []), event_to_json(stored)]
             values: dict[str, Any] = {
                 "evidence": evidence,
                 "notification_state": _state_word(evidence, row.notification_state),
