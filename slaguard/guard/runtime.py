@@ -40,7 +40,7 @@ from slaguard.guard.manual import ManualAction, ManualOutcome, apply_manual
 from slaguard.guard.modes import ModeState, ModeTransition, TransitionKind
 from slaguard.guard.persist import EventPersister
 from slaguard.guard.samples import GuardSample
-from slaguard.guard.store import GuardStore
+from slaguard.guard.store import FleetStateMissingError, GuardStore
 from slaguard.notify.base import DeliveryResult, Notifier
 from slaguard.scheduler.rollout import FleetMode, ModeKind, RolloutPlan
 
@@ -158,7 +158,7 @@ class GuardReplica:
                 if gained or lost:
                     self.stats.leader_changes += 1
                     self._reset_leader_state(now_s, leading=leader)
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, FleetStateMissingError) as exc:
             self.stats.sync_errors += 1
             self.stats.last_error = _first_line(exc)
             log.warning("guard mode sync failed: %s", self.stats.last_error)
