@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -74,6 +75,10 @@ def create_app(
                 )
                 app.state.scraper = scraper
                 scrape_task = asyncio.create_task(scraper.run(tcfg.scrape_interval_s))
+        # Everything built so far (modules, fleet, routes: ~175k objects) lives as long as
+        # the process: out of the collector's view, a full collection takes ~0 ms instead
+        # of ~150 ms on the 2-core box.
+        gc.freeze()
         try:
             yield
         finally:

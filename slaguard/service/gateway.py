@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from slaguard.audit.records import RequestStatus
 from slaguard.fleet import Target
-from slaguard.service.runtime import Pending, ServiceRuntime
+from slaguard.service.runtime import Pending, Routed, ServiceRuntime
 from slaguard.service.schemas import ID_PATTERN, MAX_TOKENS, ErrorResponse
 from slaguard.service.views import runtime_of
 
@@ -188,20 +188,21 @@ async def _proxy(
         prefix_id=prefix,
     )
     started = time.perf_counter()
-    entry = rt.decide(req, record=False)
+    routed = rt.decide(req, record=False)
     decide_s = time.perf_counter() - started
+    entry = routed.entry
     if entry.target_index is None:
-        rt.record_decision(entry, decide_s)
+        rt.record_decision(routed, decide_s)
         rt.finish(entry, "rejected", ttft_s=None, tpot_s=None, e2e_s=None)
-        notes = "; ".join(entry.decision.explanation.notes) or "no eligible target"
+        notes = "; ".join(routed.decision.explanation.notes) or "no eligible target"
         raise HTTPException(503, f"no capacity for {body.model}: {notes}", {"Retry-After": "1"})
     raw = await request.body()
-    if entry.decision.served_model != body.model:
+    if entry.served_model != body.model:
         doc = json.loads(raw)
-        doc["model"] = entry.decision.served_model
+        doc["model"] = entry.served_model
         raw = json.dumps(doc).encode()
-    up = await _open_upstream(request, rt, entry, path, raw, body.stream)
-    rt.record_decision(entry, decide_s)
+    up = await _open_upstream(request, rt, routed, path, raw, body.stream)
+    rt.record_decision(routed, decide_s)
     resp = up.response
     meter = StreamMeter(started)
     out_headers = {
@@ -217,7 +218,7 @@ async def _proxy(
         _finish_whole(rt, entry, meter, resp.status_code, content)
         return Response(content, resp.status_code, out_headers, media_type=media)
     return StreamingResponse(
-        _relay(rt, entry, meter, up),
+        _relay(rt, routed, meter, up),
         resp.status_code,
         out_headers,
         media_type=media,
@@ -225,14 +226,15 @@ async def _proxy(
 
 
 async def _open_upstream(
-    request: Request, rt: ServiceRuntime, entry: Pending, path: str, raw: bytes, stream: bool
+    request: Request, rt: ServiceRuntime, routed: Routed, path: str, raw: bytes, stream: bool
 ) -> Upstream:
     """Send to the chosen target; once more to the next-best one if it fails first."""
     client: httpx.AsyncClient = request.app.state.http
     gm = rt.gateway_metrics
     targets = rt.fleet.targets
+    entry = routed.entry
     assert entry.target_index is not None
-    order = [entry.target_index, *entry.decision.alternatives[:1]]
+    order = [entry.target_index, *entry.alternatives[:1]]
     g = rt.config.gateway
     failures: list[str] = []
     for attempt, index in enumerate(order):
@@ -249,11 +251,11 @@ async def _open_upstream(
             gm.upstream_failures.labels("before_first_byte").inc()
             why = str(exc) or type(exc).__name__
             failures.append(f"{target.id}: {why}")
-            entry.decision.explanation.notes.append(
+            routed.decision.explanation.notes.append(
                 f"gateway: {target.id} failed before the first byte ({why})"
                 + ("; retried on the next-best target" if attempt + 1 < len(order) else "")
             )
-    rt.record_decision(entry, 0.0)
+    rt.record_decision(routed, 0.0)
     rt.finish(entry, "failed", ttft_s=None, tpot_s=None, e2e_s=None)
     raise HTTPException(502, "backend failed before answering: " + "; ".join(failures))
 
@@ -313,7 +315,7 @@ def _finish_whole(
 
 
 async def _relay(
-    rt: ServiceRuntime, entry: Pending, meter: StreamMeter, up: Upstream
+    rt: ServiceRuntime, routed: Routed, meter: StreamMeter, up: Upstream
 ) -> AsyncIterator[bytes]:
     """Pass the backend's bytes through unchanged, metering them; never retry."""
     status: RequestStatus = "ok"
@@ -327,7 +329,7 @@ async def _relay(
     except httpx.HTTPError as exc:
         status = "failed"
         rt.gateway_metrics.upstream_failures.labels("after_first_byte").inc()
-        entry.decision.explanation.notes.append(
+        routed.decision.explanation.notes.append(
             f"gateway: stream broke after the first byte: {exc}"
         )
     except asyncio.CancelledError:
@@ -343,7 +345,7 @@ async def _relay(
         if ttft is not None and tokens > 1:
             tpot = (end - meter.first_token_at) / (tokens - 1)  # type: ignore[operator]
         rt.finish(
-            entry,
+            routed.entry,
             status,
             ttft_s=ttft,
             tpot_s=tpot,

@@ -120,5 +120,7 @@ def invalid(exc: ValidationError, prefix: str = "") -> Response:
 def query_flag(request: Request, name: str) -> bool:
     """A boolean query parameter (`1`, `true`, `yes`, `on` ...; absent: False); raises
     ValidationError on anything else."""
+    if not request.scope["query_string"]:
+        return False
     raw = request.query_params.get(name)
     return False if raw is None else _FLAG.validate_python(raw)

@@ -5,10 +5,16 @@ gateway: scheduler decision, audit record (enqueued, never written here), metric
 pending entry so the outcome can find its decision. `finish` is the other half: learner
 feedback, audit outcome, TTFT/TPOT metrics, a guard sample. Both run on the event loop
 thread and do no I/O.
+
+The pending entries live for minutes (up to `max_pending_decisions`, 200k), so they hold
+no per-decision object the garbage collector tracks: with the scheduler's `Decision` in
+them (five tracked objects each) a full collection walked a million objects at the cap,
+a pause of the whole service measured at 0.18 s with only 20k of them.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import uuid
@@ -16,6 +22,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
 
@@ -25,6 +33,7 @@ from slaguard.fleet import Fleet, Priority, Request
 from slaguard.guard.samples import GuardSample
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.explain import Decision, Outcome
+from slaguard.scheduler.rollout import Arm
 from slaguard.service.config import ServiceConfig
 from slaguard.service.modes import ModeSource
 from slaguard.service.store import ModeStore
@@ -60,17 +69,37 @@ class GatewayMetrics:
             self.upstream_failures.labels(stage)
 
 
-@dataclass(slots=True)
-class Pending:
-    """A decision waiting for its outcome."""
+class Pending(msgspec.Struct, gc=False):
+    """A decision waiting for its outcome: what `finish` and a repeated request id need,
+    in a struct the garbage collector never walks (see the module docstring)."""
 
-    decision: Decision
     decision_id: str
     mode: str
     decided_at_s: float
     target_index: int | None
+    """The target serving it (the gateway moves it on a retry); None: no capacity."""
+    arm: Arm
+    outcome: Outcome
+    served_model: str
+    priority: Priority
+    deadline_s: float
+    prompt_tokens: int
+    prefix_id: str | None
+    alternatives: tuple[int, ...]
+    """Other eligible targets, best first (the gateway's retry order)."""
+    learner_components: np.ndarray | None
+    """The chosen target's score components when the learned arm chose it."""
     done: bool = False
     sla_met: bool | None = None
+
+
+@dataclass(slots=True)
+class Routed:
+    """A fresh decision on its request's path: the scheduler's whole `Decision`
+    (explanation included, for the audit record) and the entry that outlives it."""
+
+    decision: Decision
+    entry: Pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +144,8 @@ class ServiceRuntime:
         self.violated_count = 0
         self.started_at_s = clock()
         self._models = sorted(fleet.models)
+        self._id_prefix = uuid.uuid4().hex[:20]
+        self._id_counter = itertools.count()
 
     # -- parsing helpers ---------------------------------------------------------------
 
@@ -141,10 +172,11 @@ class ServiceRuntime:
         request_id: str | None,
         prefix_id: str | None,
     ) -> Request:
-        """A scheduler `Request` (the deadline defaults to the priority's SLA)."""
+        """A scheduler `Request` (the deadline defaults to the priority's SLA; the id to
+        a fresh decision id)."""
         deadline = deadline_s if deadline_s is not None else self.fleet.sla[priority].ttft_s
         return Request(
-            request_id or uuid.uuid4().hex,
+            request_id or self.new_decision_id(),
             prompt_tokens,
             max_new_tokens,
             model,
@@ -154,9 +186,14 @@ class ServiceRuntime:
             prefix_id=prefix_id,
         )
 
+    def new_decision_id(self) -> str:
+        """32 hex digits: 80 random bits drawn at start, then a counter (no entropy read
+        per request; unique across restarts and replicas)."""
+        return f"{self._id_prefix}{next(self._id_counter):012x}"
+
     # -- the hot path ------------------------------------------------------------------
 
-    def decide(self, request: Request, *, record: bool = True) -> Pending:
+    def decide(self, request: Request, *, record: bool = True) -> Routed:
         """Route one request and remember it; `record=False` defers the audit record
         (the gateway records once it knows which target actually served)."""
         now = request.arrival_s
@@ -165,28 +202,45 @@ class ServiceRuntime:
         decision = self.scheduler.decide(request, now, mode)
         latency = time.perf_counter() - started
         target = decision.target
+        learner_components = None
         if target is not None:
             self.scheduler.state.add_queue(target.index, 1)
+            if decision.arm is Arm.LEARNED:
+                chosen = decision.chosen_components()
+                learner_components = None if chosen is None else chosen.copy()
         entry = Pending(
-            decision, request.request_id, mode.label, now, None if target is None else target.index
+            request.request_id,
+            mode.label,
+            now,
+            None if target is None else target.index,
+            decision.arm,
+            decision.outcome,
+            decision.served_model,
+            request.priority,
+            request.deadline_s,
+            request.prompt_tokens,
+            request.prefix_id,
+            decision.alternatives if target is not None else (),
+            learner_components,
         )
         self.metrics.observe_decision(
             decision.arm.value, mode.kind.value, decision.outcome, latency
         )
         if decision.outcome is Outcome.SPILLED and decision.explanation.spill is not None:
             self.metrics.count_spill(str(decision.explanation.spill["from"]))
+        routed = Routed(decision, entry)
         if record:
-            self.record_decision(entry, latency)
+            self.record_decision(routed, latency)
         self.pending[request.request_id] = entry
         if len(self.pending) > self.config.max_pending_decisions:
             self.pending.popitem(last=False)
-        return entry
+        return routed
 
-    def record_decision(self, entry: Pending, latency_s: float) -> None:
+    def record_decision(self, routed: Routed, latency_s: float) -> None:
         """Enqueue the decision's audit record (its target is the one that served)."""
         if self.writer is None:
             return
-        d = entry.decision
+        d, entry = routed.decision, routed.entry
         req = d.request
         target = None if entry.target_index is None else self.fleet.targets[entry.target_index]
         rec = DecisionRecord(
@@ -211,7 +265,6 @@ class ServiceRuntime:
             self.writer.enqueue(rec)
         except SpillFullError as exc:
             self.audit_refused += 1
-            self.metrics.count_audit_refused()
             log.error("decision %s not audited: %s", req.request_id, exc)
 
     def finish(
@@ -230,9 +283,7 @@ class ServiceRuntime:
             return Finished(False, True, entry.sla_met)
         entry.done = True
         now = self.clock()
-        d = entry.decision
-        req = d.request
-        deadline = req.deadline_s
+        deadline = entry.deadline_s
         if status != "ok":
             sla_met = False
         elif ttft_s is not None:
@@ -246,30 +297,29 @@ class ServiceRuntime:
         if entry.target_index is not None:
             self.scheduler.state.add_queue(entry.target_index, -1)
         if status != "ok":
-            self.scheduler.feedback(d, None, now)
+            self._learn(entry, None, now)
         elif ttft_s is not None:
-            self.scheduler.feedback(d, ttft_s, now)
+            self._learn(entry, ttft_s, now)
         if self.writer is not None:
             try:
                 self.writer.enqueue(
-                    OutcomeRecord(req.request_id, now, ttft_s, tpot_s, e2e_s, status, sla_met)
+                    OutcomeRecord(entry.decision_id, now, ttft_s, tpot_s, e2e_s, status, sla_met)
                 )
             except SpillFullError as exc:
                 self.audit_refused += 1
-                self.metrics.count_audit_refused()
-                log.error("outcome of %s not audited: %s", req.request_id, exc)
+                log.error("outcome of %s not audited: %s", entry.decision_id, exc)
         if entry.target_index is None:
             return Finished(True, False, sla_met)
         target = self.fleet.targets[entry.target_index]
         if ttft_s is not None:
             self.metrics.observe_completion(
                 target.id,
-                d.arm.value,
-                req.priority.value,
+                entry.arm.value,
+                entry.priority.value,
                 ttft_s,
                 violated=not sla_met,
                 tpot_s=tpot_s,
-                prompt_tokens=prompt_tokens if prompt_tokens is not None else req.prompt_tokens,
+                prompt_tokens=prompt_tokens if prompt_tokens is not None else entry.prompt_tokens,
                 generated_tokens=completion_tokens or 0,
             )
         self.modes.on_outcome(
@@ -281,11 +331,23 @@ class ServiceRuntime:
                 sla_met=sla_met,
                 deadline_s=deadline,
                 ttft_s=ttft_s,
-                arm=d.arm,
-                prefix_id=req.prefix_id,
+                arm=entry.arm,
+                prefix_id=entry.prefix_id,
             )
         )
         return Finished(True, False, sla_met)
+
+    def _learn(self, entry: Pending, ttft_s: float | None, now_s: float) -> None:
+        """`Scheduler.feedback` from the entry's kept components (None TTFT: a failure),
+        then the periodic weight update."""
+        components = entry.learner_components
+        if components is not None:
+            learner = self.scheduler.learner
+            if ttft_s is None:
+                learner.observe_failure(components)
+            else:
+                learner.observe(components, ttft_s, entry.deadline_s)
+        self.scheduler.update_weights(now_s)
 
     def status(self) -> dict[str, object]:
         """The `/v1/status` body."""

@@ -1,13 +1,15 @@
 """The service's durable facts in the audit database: fleet mode, incidents, decisions.
 
 Thin wrappers over `slaguard.audit.store` (compare-and-set mode switches, incidents) and
-one lookup the feedback endpoint needs when a decision is no longer held in memory.
+the lookups the feedback and route endpoints need for a decision no longer held in memory
+(or, for its explanation, never held).
 Every method is synchronous and blocking: callers run them in a worker thread.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Engine, select
 
@@ -94,3 +96,11 @@ class ModeStore:
         if row is None:
             return None
         return StoredDecision(row[0], row[2] is not None, float(row[1]))
+
+    def find_explanation(self, request_id: str) -> dict[str, Any] | None:
+        """A stored decision's explanation (what `?explain=1` answered), or None."""
+        with self.engine.connect() as conn:
+            found = conn.execute(
+                select(Decision.explanation).where(Decision.request_id == request_id)
+            ).scalar_one_or_none()
+        return None if found is None else dict(found)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 from fastapi import APIRouter, Path, Request, Response
@@ -38,6 +39,8 @@ from slaguard.telemetry.metrics import render_snapshot
 router = APIRouter()
 hot = APIRouter(route_class=DirectRoute)
 """The once-per-inference-request endpoints (see `hotpath`)."""
+EXPLANATION_WAIT_S = 2.0
+"""How long a repeated `?explain=1` waits for the audit writer to store the explanation."""
 ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse},
     422: {"model": ErrorResponse},
@@ -54,24 +57,38 @@ class NotFoundError(LookupError):
     """Answered as 404 with the message."""
 
 
-def route_body(rt: ServiceRuntime, entry: Pending, explain_it: bool) -> dict[str, Any]:
-    """The `/v1/route` answer for a decision."""
-    d = entry.decision
+def route_body(
+    rt: ServiceRuntime, entry: Pending, explanation: dict[str, Any] | None, explain_it: bool
+) -> dict[str, Any]:
+    """The `/v1/route` answer for a decision (`explanation` only with `explain_it`)."""
     target = None if entry.target_index is None else rt.fleet.targets[entry.target_index]
     targets = rt.fleet.targets
     body: dict[str, Any] = {
         "decision_id": entry.decision_id,
         "target": None if target is None else target.id,
         "url": None if target is None else target.url,
-        "served_model": d.served_model,
-        "outcome": d.outcome.value,
-        "arm": d.arm.value,
+        "served_model": entry.served_model,
+        "outcome": entry.outcome.value,
+        "arm": entry.arm.value,
         "mode": entry.mode,
-        "alternatives": [targets[i].id for i in d.alternatives] if target is not None else [],
+        "alternatives": [targets[i].id for i in entry.alternatives],
     }
     if explain_it:
-        body["explanation"] = d.explanation.to_dict()
+        body["explanation"] = explanation
     return body
+
+
+async def stored_explanation(rt: ServiceRuntime, decision_id: str) -> dict[str, Any] | None:
+    """A repeated request id's explanation, from the audit DB (memory keeps only what
+    feedback needs); polls until the writer has stored it, None past the deadline."""
+    if rt.store is None:
+        return None
+    deadline = time.monotonic() + EXPLANATION_WAIT_S
+    while True:
+        found = await asyncio.to_thread(rt.store.find_explanation, decision_id)
+        if found is not None or time.monotonic() >= deadline:
+            return found
+        await asyncio.sleep(0.05)
 
 
 EXPLAIN_PARAMETER: dict[str, Any] = {
@@ -101,23 +118,26 @@ async def route(request: Request) -> Response:
         return invalid(exc, "explain")
     rt = runtime_of(request)
     entry = None if body.request_id is None else rt.pending.get(body.request_id)
-    if entry is None:
-        try:
-            rt.check_model(body.model)
-            priority = rt.priority_of(body.priority)
-        except FieldError as exc:
-            return error_response(422, str(exc))
-        req = rt.request(
-            model=body.model,
-            prompt_tokens=body.prompt_tokens,
-            max_new_tokens=body.max_new_tokens,
-            priority=priority,
-            deadline_s=body.deadline_s,
-            request_id=body.request_id,
-            prefix_id=body.prefix_id or body.prompt_hash,
-        )
-        entry = rt.decide(req)
-    return json_response(route_body(rt, entry, explain_it))
+    if entry is not None:
+        found = await stored_explanation(rt, entry.decision_id) if explain_it else None
+        return json_response(route_body(rt, entry, found, explain_it))
+    try:
+        rt.check_model(body.model)
+        priority = rt.priority_of(body.priority)
+    except FieldError as exc:
+        return error_response(422, str(exc))
+    req = rt.request(
+        model=body.model,
+        prompt_tokens=body.prompt_tokens,
+        max_new_tokens=body.max_new_tokens,
+        priority=priority,
+        deadline_s=body.deadline_s,
+        request_id=body.request_id,
+        prefix_id=body.prefix_id or body.prompt_hash,
+    )
+    routed = rt.decide(req)
+    explanation = routed.decision.explanation.to_dict() if explain_it else None
+    return json_response(route_body(rt, routed.entry, explanation, explain_it))
 
 
 @hot.post(
