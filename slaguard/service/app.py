@@ -101,12 +101,10 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.admin_token = admin_token
-    app.include_router(views.hot)
-    app.include_router(views.router)
-    app.include_router(admin.router)
-    if runtime.config.gateway.enabled:
-        app.include_router(gateway.router)
-    app.add_middleware(HotPathMiddleware, endpoints=direct_endpoints([views.hot]))
+    hot = [views.hot, gateway.router] if runtime.config.gateway.enabled else [views.hot]
+    for router in (*hot, views.router, admin.router):
+        app.include_router(router)
+    app.add_middleware(HotPathMiddleware, endpoints=direct_endpoints(hot))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

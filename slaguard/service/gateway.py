@@ -26,17 +26,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from fastapi import APIRouter, Header, HTTPException, Request, Response
+import msgspec
+from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from slaguard.audit.records import RequestStatus
 from slaguard.fleet import Target
-from slaguard.service.runtime import Pending, Routed, ServiceRuntime
+from slaguard.service.hotpath import DirectRoute, error_response, invalid, json_body
+from slaguard.service.runtime import FieldError, Pending, Routed, ServiceRuntime
 from slaguard.service.schemas import ID_PATTERN, MAX_TOKENS, ErrorResponse
 from slaguard.service.views import runtime_of
 
-router = APIRouter()
+router = APIRouter(route_class=DirectRoute)
+"""Once per inference request: endpoints on the hot path (see `hotpath`)."""
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse} for code in (409, 422, 502, 503, 504)
 }
@@ -81,6 +84,25 @@ class Upstream:
     rest: AsyncIterator[bytes]
 
 
+class _Delta(msgspec.Struct):
+    content: Any = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    text: Any = None
+
+
+class _Event(msgspec.Struct):
+    """The fields of an OpenAI stream event the meter reads (the rest is skipped)."""
+
+    choices: list[_Choice] | None = None
+    usage: dict[str, Any] | None = None
+
+
+_decode_event = msgspec.json.Decoder(_Event).decode
+
+
 @dataclass(slots=True)
 class StreamMeter:
     """Watches the SSE bytes going by: first token time, token count, backend usage."""
@@ -99,25 +121,20 @@ class StreamMeter:
             if not line.startswith(b"data:") or line.strip() == b"data: [DONE]":
                 continue
             try:
-                event = json.loads(line[5:])
-            except ValueError:
+                event = _decode_event(line[5:])
+            except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
-            if not isinstance(event, dict):
-                continue
-            if event.get("usage"):
-                self.usage = event["usage"]
+            if event.usage:
+                self.usage = event.usage
             if _has_token(event):
                 self.events += 1
                 if self.first_token_at is None:
                     self.first_token_at = time.perf_counter()
 
 
-def _has_token(event: dict[str, Any]) -> bool:
-    for choice in event.get("choices") or ():
-        if not isinstance(choice, dict):
-            continue
-        delta = choice.get("delta")
-        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+def _has_token(event: _Event) -> bool:
+    for choice in event.choices or ():
+        text = choice.text if choice.delta is None else choice.delta.content
         if text:
             return True
     return False
@@ -135,55 +152,91 @@ def _prompt_text(body: ChatCompletionRequest | CompletionRequest) -> str:
     return "\n".join(parts)
 
 
-@router.post("/v1/chat/completions", responses=_ERRORS, summary="OpenAI chat completions")
-async def chat_completions(
-    body: ChatCompletionRequest,
-    request: Request,
-    x_slaguard_priority: str | None = Header(default=None),
-    x_slaguard_deadline_s: float | None = Header(default=None, gt=0, le=86_400),
-    x_request_id: str | None = Header(default=None, pattern=ID_PATTERN),
-    x_slaguard_prefix_id: str | None = Header(default=None, min_length=1, max_length=128),
-) -> Response:
-    max_new = body.max_completion_tokens or body.max_tokens
-    headers = (x_slaguard_priority, x_slaguard_deadline_s, x_request_id, x_slaguard_prefix_id)
-    return await _proxy(request, "/v1/chat/completions", body, max_new, headers)
+class GatewayHeaders(BaseModel):
+    """The business metadata the gateway reads from request headers."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    priority: str | None = Field(default=None, alias="x-slaguard-priority")
+    deadline_s: float | None = Field(default=None, alias="x-slaguard-deadline-s", gt=0, le=86_400)
+    request_id: str | None = Field(default=None, alias="x-request-id", pattern=ID_PATTERN)
+    prefix_id: str | None = Field(
+        default=None, alias="x-slaguard-prefix-id", min_length=1, max_length=128
+    )
 
 
-@router.post("/v1/completions", responses=_ERRORS, summary="OpenAI completions")
-async def completions(
-    body: CompletionRequest,
-    request: Request,
-    x_slaguard_priority: str | None = Header(default=None),
-    x_slaguard_deadline_s: float | None = Header(default=None, gt=0, le=86_400),
-    x_request_id: str | None = Header(default=None, pattern=ID_PATTERN),
-    x_slaguard_prefix_id: str | None = Header(default=None, min_length=1, max_length=128),
+_HEADER_NAMES = tuple(str(f.alias) for f in GatewayHeaders.model_fields.values())
+HEADER_PARAMETERS = tuple(
+    {"name": name, "in": "header", "required": False, "schema": schema}
+    for name, schema in GatewayHeaders.model_json_schema()["properties"].items()
+)
+
+
+@router.post(
+    "/v1/chat/completions",
+    responses=_ERRORS,
+    summary="OpenAI chat completions",
+    openapi_extra=json_body(ChatCompletionRequest, *HEADER_PARAMETERS),
+)
+async def chat_completions(request: Request) -> Response:
+    return await _gateway(request, "/v1/chat/completions", ChatCompletionRequest)
+
+
+@router.post(
+    "/v1/completions",
+    responses=_ERRORS,
+    summary="OpenAI completions",
+    openapi_extra=json_body(CompletionRequest, *HEADER_PARAMETERS),
+)
+async def completions(request: Request) -> Response:
+    return await _gateway(request, "/v1/completions", CompletionRequest)
+
+
+async def _gateway(
+    request: Request, path: str, model: type[ChatCompletionRequest | CompletionRequest]
 ) -> Response:
-    headers = (x_slaguard_priority, x_slaguard_deadline_s, x_request_id, x_slaguard_prefix_id)
-    return await _proxy(request, "/v1/completions", body, body.max_tokens, headers)
+    """Validate body and headers, then proxy; every refusal is an error response."""
+    try:
+        body = model.model_validate_json(await request.body())
+        headers = request.headers
+        meta = GatewayHeaders.model_validate(
+            {name: v for name in _HEADER_NAMES if (v := headers.get(name)) is not None}
+        )
+    except ValidationError as exc:
+        return invalid(exc)
+    try:
+        return await _proxy(request, path, body, meta)
+    except FieldError as exc:
+        return error_response(422, str(exc))
+    except HTTPException as exc:
+        return error_response(exc.status_code, str(exc.detail), exc.headers)
 
 
 async def _proxy(
     request: Request,
     path: str,
     body: ChatCompletionRequest | CompletionRequest,
-    max_new: int | None,
-    headers: tuple[str | None, float | None, str | None, str | None],
+    meta: GatewayHeaders,
 ) -> Response:
     rt = runtime_of(request)
-    priority_h, deadline_h, request_id, prefix_h = headers
     g = rt.config.gateway
     rt.check_model(body.model)
-    priority = rt.priority_of(priority_h or g.default_priority, "X-Slaguard-Priority")
+    priority = rt.priority_of(meta.priority or g.default_priority, "X-Slaguard-Priority")
+    request_id = meta.request_id
     if request_id is not None and request_id in rt.pending:
         raise HTTPException(409, f"X-Request-Id: {request_id!r} was already used; send a new id")
+    if isinstance(body, CompletionRequest):
+        max_new = body.max_tokens
+    else:
+        max_new = body.max_completion_tokens or body.max_tokens
     text = _prompt_text(body)
-    prefix = prefix_h or hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    prefix = meta.prefix_id or hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
     req = rt.request(
         model=body.model,
         prompt_tokens=int(len(text) / g.chars_per_token) + 1,
         max_new_tokens=max_new or g.default_max_tokens,
         priority=priority,
-        deadline_s=deadline_h,
+        deadline_s=meta.deadline_s,
         request_id=request_id,
         prefix_id=prefix,
     )

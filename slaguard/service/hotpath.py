@@ -69,15 +69,30 @@ def direct_endpoints(routers: Iterable[APIRouter]) -> dict[tuple[str, str], Endp
 def json_body(model: type[BaseModel], *parameters: dict[str, Any]) -> dict[str, Any]:
     """`openapi_extra` publishing `model` as the JSON request body (and query/header
     `parameters`), for an endpoint that parses its body itself."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
     extra: dict[str, Any] = {
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": model.model_json_schema()}},
+            "content": {"application/json": {"schema": _inline(schema, definitions)}},
         }
     }
     if parameters:
         extra["parameters"] = list(parameters)
     return extra
+
+
+def _inline(schema: Any, definitions: Mapping[str, Any]) -> Any:
+    """`schema` with its `#/$defs/...` references replaced by the definitions (the
+    OpenAPI document has no `$defs` of its own to point them at)."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inline(definitions[ref.removeprefix("#/$defs/")], definitions)
+        return {key: _inline(value, definitions) for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [_inline(value, definitions) for value in schema]
+    return schema
 
 
 def json_response(body: object, status: int = 200) -> Response:
