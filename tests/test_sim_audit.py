@@ -84,3 +84,25 @@ def test_every_simulated_request_lands_once_and_explains(sqlite_url: URL, tmp_pa
     assert sum(int(r["decisions"]) for r in rows) == n
     assert sum(int(r["outcomes"]) for r in rows) == n
     assert {r["policy_arm"] for r in rows} == {"round_robin", "learned"}
+
+
+def test_simulate_cli_records_the_run(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'sim.db'}"
+    result = CliRunner().invoke(
+        app,
+        ["simulate", "--trace", str(AZURE_FIXTURE), "--policy", "round-robin", "--audit-db", db],
+    )
+    assert result.exit_code == 0, result.output
+    assert "200 decisions and 200 outcomes recorded (400 rows written, 0 queued)" in result.output
+    listed = CliRunner().invoke(
+        app, ["audit", "decisions", "--since", "-3h", "--db", db, "--format", "csv"]
+    )
+    assert listed.exit_code == 0 and len(listed.output.strip().splitlines()) == 201
+
+
+def test_simulate_cli_bad_audit_url_is_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["simulate", "--trace", str(AZURE_FIXTURE), "--audit-db", "nosuchdb://x"]
+    )
+    assert result.exit_code == 2
+    assert result.output.count("error:") == 1 and "--audit-db" in result.output

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
@@ -263,12 +263,8 @@ def incident_timeline(
     """Detector evidence, mode switches and per-target stats before/during/after."""
     stored = get_incident(engine, incident_id)
     rec = stored.record
-    opened = pd.Timestamp(rec.opened_at_s, unit="s", tz="UTC").to_pydatetime()
-    resolved = (
-        now
-        if rec.resolved_at_s is None
-        else pd.Timestamp(rec.resolved_at_s, unit="s", tz="UTC").to_pydatetime()
-    )
+    opened = datetime.fromtimestamp(rec.opened_at_s, UTC)
+    resolved = now if rec.resolved_at_s is None else datetime.fromtimestamp(rec.resolved_at_s, UTC)
     phases = {
         "before": (opened - before, opened),
         "during": (opened, resolved),

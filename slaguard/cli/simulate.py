@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,16 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from slaguard.audit.engine import DatabaseUrlError, shown_url
+from slaguard.audit.migrate import SchemaNotCurrentError
+from slaguard.audit.spill import SpillInUseError
+from slaguard.audit.writer import open_writer
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.fleet import Fleet
 from slaguard.guard.guard import Guard
 from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, RolloutPlan
+from slaguard.sim.audit_sink import AuditObserver
 from slaguard.sim.engine import SimOptions, Simulation
 from slaguard.sim.faults import FaultError, FaultSchedule, apply_arrival_faults, load_faults
 from slaguard.sim.guarded import GuardController, releases_from
@@ -75,6 +81,31 @@ def prepare(
         fail(str(exc))
 
 
+def _audit_sink(url: str, sim: Simulation) -> AuditObserver:
+    """Open the audit writer (migrating the DB) and attach it to the run."""
+    try:
+        writer = open_writer(url, migrate=True)
+    except (DatabaseUrlError, SchemaNotCurrentError, SpillInUseError) as exc:
+        fail(f"--audit-db: {exc}")
+    horizon = float(sim.arrivals[-1]) if len(sim.arrivals) else 0.0
+    sink = AuditObserver(writer, sim, base_epoch_s=time.time() - horizon - 60.0)
+    sim.observers = [*sim.observers, sink]
+    return sink
+
+
+def _finish_audit(sink: AuditObserver, report: dict[str, Any], url: str) -> None:
+    """Write trips and mode switches, drain the writer, say where to look."""
+    incidents = sink.record_guard_history(report)
+    stats = sink.writer.close(drain_timeout_s=120)
+    print(
+        f"audit: {sink.decisions} decisions and {sink.outcomes} outcomes recorded "
+        f"({stats.rows_written} rows written, {stats.queue_depth} queued) in "
+        f"{shown_url(url)}; try: slaguard audit summary --since -2h --db '{url}'"
+        + (f"; slaguard audit incident {incidents[0]} --db '{url}'" if incidents else ""),
+        file=sys.stderr,
+    )
+
+
 def simulate(
     fleet_file: Path | None = FleetOption,
     trace: Path | None = typer.Option(None, "--trace", help="Trace file (default: Azure conv)."),
@@ -88,6 +119,9 @@ def simulate(
     stage_s: float = typer.Option(300.0, "--stage-s", min=1, help="Rollout stage length."),
     weight_update_s: float = typer.Option(60.0, "--weight-update-s", min=1),
     report_json: Path | None = typer.Option(None, "--report-json", help="Write the report."),
+    audit_db: str | None = typer.Option(
+        None, "--audit-db", help="Record every decision and outcome in this audit DB URL."
+    ),
 ) -> None:
     """Replay a trace through the scheduler on the simulated fleet and report SLA figures."""
     fleet = load_or_fail(fleet_file)
@@ -101,6 +135,7 @@ def simulate(
         schedule,
         SimOptions(rate_scale=rate_scale, weight_update_s=weight_update_s),
     )
+    sink = _audit_sink(audit_db, sim) if audit_db else None
     console = Console(stderr=True)
     horizon = float(sim.arrivals[-1]) if len(workload) else 0.0
     if console.is_terminal:
@@ -138,6 +173,8 @@ def simulate(
         extra=extra,
     )
     print_summary(report, Console())
+    if sink is not None:
+        _finish_audit(sink, report, audit_db or "")
     if report_json is not None:
         try:
             report_json.write_text(json.dumps(report, indent=2) + "\n")

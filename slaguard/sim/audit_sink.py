@@ -1,10 +1,11 @@
 """`slaguard simulate --audit-db URL`: record a simulated run with the audit writer.
 
-Simulated seconds are mapped onto wall-clock time from the moment the run starts
-(`base_epoch_s + now_s`), so the run's decisions answer `slaguard audit decisions --since -2h`
-like real ones. Decisions and outcomes go through the same background writer as the service;
-guard trips and mode switches are written as incidents and history rows after the run
-(history only: a simulation never changes the shared fleet mode).
+Simulated seconds are mapped onto wall-clock time (`base_epoch_s + now_s`, the run placed
+so that it ends about now), so its decisions answer `slaguard audit decisions --since -2h`
+like real ones; an incident still open when the run ends is resolved at its end.
+Decisions and outcomes go through the same background writer as the service; guard trips
+and mode switches are written as incidents and history rows after the run (history only:
+a simulation never changes the shared fleet mode).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class AuditObserver(SimObserver):
                         severity=str(trip.get("severity", "critical")),
                         subject=str(trip["subject"]),
                         evidence={**trip.get("evidence", {}), "simulated": True},
-                        resolved_at_s=self.base + later[0] if later else None,
+                        resolved_at_s=self.base + (later[0] if later else float(report["sim_s"])),
                         notification_state="simulated",
                     ),
                 )
