@@ -106,7 +106,8 @@ def test_manual_resume_rollback_hold_are_stored(admin: Admin) -> None:
         ("round_robin", "rollout(50)"),
         ("rollout(50)", "held_round_robin"),
     ]
-    assert changes[-1]["reason"].startswith("manual_hold: freeze")
+    assert changes[-1]["reason"] == "freeze"
+    assert changes[-1]["evidence"]["transition"] == {"kind": "manual_hold", "version": 2}
     metrics = admin.client.get("/metrics").text
     assert 'slaguard_fleet_mode{mode="held_round_robin"} 1.0' in metrics
 
@@ -178,9 +179,13 @@ def test_alertmanager_rollback_is_recorded_with_its_incident(admin: Admin) -> No
     change = admin.rows(ModeChange)[-1]
     incident = admin.rows(Incident)[-1]
     assert change["incident_id"] == incident["id"]
-    assert change["reason"].startswith("manual_rollback: alertmanager: SlaguardSLAErrorBudgetBurn")
+    assert change["reason"].startswith("alertmanager: SlaguardSLAErrorBudgetBurn firing")
+    assert change["evidence"]["transition"]["kind"] == "manual_rollback"
     assert incident["detector"] == "alertmanager"
     assert incident["subject"] == "SlaguardSLAErrorBudgetBurn"
+    (alert,) = incident["evidence"]["verdicts"][0]["evidence"]["alerts"]
+    assert alert["labels"] == {"alertname": "SlaguardSLAErrorBudgetBurn", "severity": "critical"}
+    assert alert["annotations"]["summary"] == "TTFT error budget burning 14.4x"
     # the same alert again (Alertmanager repeats): no second switch
     again = admin.client.post(
         "/v1/alertmanager", json=_webhook("SlaguardSLAErrorBudgetBurn"), headers=AUTH

@@ -5,6 +5,10 @@ the stored mode and the open incident, apply the pure transition, store the swit
 compare-and-set and queue the incident's resolution when the command ends the episode.
 A switch by someone else in between is not overwritten: the command is re-applied to
 the new state (so "already on round-robin" stays an idempotent answer).
+
+A rollback asked for by an alert (Alertmanager) carries the alert as a trip verdict: the
+switch then opens an incident with the alert's evidence (or updates the open one), and
+the mode change names it, exactly like a detector's trip.
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from slaguard.guard.events import IncidentEvent
+from slaguard.guard.events import GuardEvent, IncidentEvent
 from slaguard.guard.guard import Guard
 from slaguard.guard.modes import TransitionResult
 from slaguard.guard.persist import EventPersister
+from slaguard.guard.verdicts import Verdict
 
 ATTEMPTS = 5
 
@@ -50,11 +55,17 @@ def apply_manual(
     actor: str,
     reason: str,
     stage_pct: int | None = None,
+    alert: Verdict | None = None,
 ) -> ManualOutcome:
-    """Run one command against the stored mode; `guard` ends on the stored result."""
+    """Run one command against the stored mode; `guard` ends on the stored result.
+    `alert` (rollback only): the alert that asked for it, opened as an incident."""
+    if alert is not None and action is not ManualAction.ROLLBACK:
+        raise ValueError(f"an alert can only ask for a rollback, not {action.value}")
     for _ in range(ATTEMPTS):
         guard.state = persister.modes.load(now_s)
         guard.incidents.current = persister.incidents.restore()
+        before = guard.state.mode.label
+        events: list[GuardEvent]
         if action is ManualAction.RESUME:
             result, events = guard.resume(now_s, actor=actor, reason=reason, stage_pct=stage_pct)
         else:
@@ -63,6 +74,9 @@ def apply_manual(
             )
         if not result.changed:
             return ManualOutcome(result)
+        if alert is not None:
+            opened = guard.incidents.tripped(now_s, [alert], before, result.state.mode.label)
+            events = [opened, *events]
         stored = persister.persist(guard, events, now_s)
         if stored.conflict is None:
             return ManualOutcome(result, stored.queued, stored.incident_id)

@@ -4,12 +4,12 @@ on its own.
 
 | call | caller | period | what |
 |---|---|---|---|
-| `current()`, `state()`, `router_inputs()` | router | every decision | no I/O |
+| `current()`, `state()`, `router`, `reports` | router, metrics | every decision | no I/O |
 | `observe(sample)` | request path | per finished request | queue only (local feed) |
 | `sync(now_s)` | mode sync job | 500 ms | leadership poll; adopt a newer stored mode |
 | `evaluate(now_s)` | detector job | 1 s | leader: feed, evaluate, store events |
 | `deliver(now_s)` | notify job | 1 s | leader: send due outbox messages |
-| `command(...)` | admin endpoint | on demand | rollback / hold / resume on the database |
+| `command(...)` | admin endpoint | on demand | rollback (alert: + incident) / hold / resume |
 | `close()` | shutdown | once | give leadership up |
 
 The blocking calls are safe to run from worker threads at the same time
@@ -41,6 +41,7 @@ from slaguard.guard.modes import ModeState, ModeTransition, TransitionKind
 from slaguard.guard.persist import EventPersister
 from slaguard.guard.samples import GuardSample
 from slaguard.guard.store import FleetStateMissingError, GuardStore
+from slaguard.guard.verdicts import DetectorReport, Verdict
 from slaguard.notify.base import DeliveryResult, Notifier
 from slaguard.scheduler.rollout import FleetMode, ModeKind, RolloutPlan
 
@@ -115,6 +116,8 @@ class GuardReplica:
         self.guard = Guard(config, plan, state=NOT_LOADED)
         self.stats = ReplicaStats()
         self.router = RouterInputs()
+        self.reports: tuple[DetectorReport, ...] = ()
+        """The leader's last evaluation, one report per detector (empty on other replicas)."""
         self._lock = threading.RLock()
         self._local: deque[GuardSample] = deque(maxlen=LOCAL_QUEUE_MAX)
         self._unsaved: tuple[ModeTransition, int | None] | None = None
@@ -190,6 +193,7 @@ class GuardReplica:
             self.router = RouterInputs(
                 self.guard.jitter_zscores(), frozenset(self.guard.demoted_targets())
             )
+            self.reports = self.guard.last_reports
             self._store(events, now_s)
         return events
 
@@ -241,13 +245,15 @@ class GuardReplica:
         actor: str,
         reason: str,
         stage_pct: int | None = None,
+        alert: Verdict | None = None,
     ) -> ManualOutcome:
-        """A human's rollback / hold / resume, stored at once (raises on database errors)."""
+        """A human's rollback / hold / resume, stored at once (raises on database errors).
+        `alert`: the alert that asked for a rollback, stored as the incident it opens."""
         with self._lock:
             try:
                 return apply_manual(
                     self.guard, self.persister, action, now_s,
-                    actor=actor, reason=reason, stage_pct=stage_pct,
+                    actor=actor, reason=reason, stage_pct=stage_pct, alert=alert,
                 )  # fmt: skip
             finally:
                 if not self._leading:
@@ -269,6 +275,7 @@ class GuardReplica:
         self.guard.incidents.current = None
         if not leading:
             self.router = RouterInputs()
+            self.reports = ()
             return
         self.guard.incidents.current = self.incidents.restore()
         st = self.guard.state

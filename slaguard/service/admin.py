@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Request
 
-from slaguard.service.modes import FiringAlert
+from slaguard.service.modes import FiringAlert, ModeUnavailableError
 from slaguard.service.schemas import (
     AlertmanagerResponse,
     AlertmanagerWebhook,
@@ -31,6 +31,7 @@ AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse},
     403: {"model": ErrorResponse},
     422: {"model": ErrorResponse},
+    503: {"model": ErrorResponse},
 }
 
 
@@ -68,13 +69,16 @@ async def mode(request: Request, body: ModeRequest) -> ModeResponse:
     rt = runtime_of(request)
     if body.stage_pct is not None and body.action != "resume":
         raise HTTPException(422, "stage_pct: only valid with action 'resume'")
-    change = await rt.modes.command(
-        body.action,
-        rt.clock(),
-        actor=f"api:{body.actor}",
-        reason=body.reason,
-        stage_pct=body.stage_pct,
-    )
+    try:
+        change = await rt.modes.command(
+            body.action,
+            rt.clock(),
+            actor=f"api:{body.actor}",
+            reason=body.reason,
+            stage_pct=body.stage_pct,
+        )
+    except ModeUnavailableError as exc:
+        raise HTTPException(503, f"mode: {exc}; fix: retry when the database is back") from exc
     return ModeResponse(
         changed=change.changed, mode=change.mode, version=change.version, message=change.message
     )
@@ -109,7 +113,10 @@ async def alertmanager(request: Request, body: AlertmanagerWebhook) -> Alertmana
         return AlertmanagerResponse(
             received=len(body.alerts), matched=[], action="none", mode=rt.modes.current().label
         )
-    change = await rt.modes.alerts(firing, rt.clock())
+    try:
+        change = await rt.modes.alerts(firing, rt.clock())
+    except ModeUnavailableError as exc:
+        raise HTTPException(503, f"mode: {exc}; Alertmanager will retry") from exc
     return AlertmanagerResponse(
         received=len(body.alerts),
         matched=matched,

@@ -1,5 +1,9 @@
 """Build a running service from its configuration: fleet, scheduler, audit line, guard.
 
+The guard is a `GuardReplica` over the audit database: every `slaguard serve` on the same
+database shares the fleet mode and one of them (the lease holder) runs the detectors and
+sends incident messages.
+
 `build_service` does everything that can fail on a user mistake (fleet file, database
 URL) before any thread starts, so `slaguard serve` can refuse with one line. A database
 that is reachable but not migrated (with `migrate: false`) or not reachable at all does
@@ -11,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,18 +31,17 @@ from slaguard.audit.records import WeightVersionRecord
 from slaguard.audit.store import record_weight_version
 from slaguard.audit.writer import AuditWriter
 from slaguard.fleet import load_fleet
-from slaguard.guard.guard import Guard
+from slaguard.guard.leader import lease_for
+from slaguard.guard.runtime import GuardReplica
 from slaguard.notify.base import Notifier
-from slaguard.notify.dispatcher import IncidentDispatcher
 from slaguard.notify.factory import notifier_from_env
 from slaguard.notify.file import FileNotifier
 from slaguard.scheduler.config import RouterConfig, SchedulerConfig
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.rollout import RolloutPlan
 from slaguard.service.config import ServiceConfig
-from slaguard.service.modes import GuardedModes, state_from_store
+from slaguard.service.modes import ReplicaModes
 from slaguard.service.runtime import ServiceRuntime
-from slaguard.service.store import ModeStore
 from slaguard.telemetry.labels import fleet_target_labels
 from slaguard.telemetry.metrics import SlaguardMetrics
 
@@ -51,11 +56,18 @@ class Service:
     engine: Engine
     writer: AuditWriter
     readiness: Callable[[], Awaitable[None]]
+    modes: ReplicaModes
 
     def close(self) -> None:
-        """Drain the audit writer and release the database."""
+        """Give guard leadership up, drain the audit writer, release the database."""
+        self.modes.close()
         self.writer.close()
         self.engine.dispose()
+
+
+def default_replica_id() -> str:
+    """`host:pid`: unique per process, readable in `slaguard guard status`."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _schema_problem(engine: Engine) -> str | None:
@@ -75,6 +87,7 @@ def build_service(
     clock: Callable[[], float] = time.time,
     registry: CollectorRegistry | None = None,
     notifier: Notifier | None = None,
+    replica_id: str | None = None,
 ) -> Service:
     """Everything `slaguard serve` runs, not yet serving (raises FleetError,
     DatabaseUrlError, NotifyConfigError on user mistakes)."""
@@ -97,19 +110,19 @@ def build_service(
         on_write_error=lambda _detail: metrics.count_audit_write_error(),
     )
     r = config.rollout
-    guard = Guard(plan=RolloutPlan(r.baseline_s, r.stage_s, r.stages_pct))
-    store = ModeStore(engine)
-    if _schema_problem(engine) is None:
-        stored = store.load()
-        if stored is not None:
-            guard.state = state_from_store(
-                stored.mode, stored.version, stored.since_s, stored.reason, stored.actor
-            )
     if notifier is None:
         notifier = FileNotifier(config.notify_file) if config.notify_file else notifier_from_env()
-    modes = GuardedModes(
-        guard, scheduler.state, metrics, store=store, dispatcher=IncidentDispatcher(notifier)
+    name = replica_id or default_replica_id()
+    replica = GuardReplica(
+        engine,
+        lease_for(engine.url, name),
+        notifier,
+        replica_id=name,
+        plan=RolloutPlan(r.baseline_s, r.stage_s, r.stages_pct),
     )
+    if _schema_problem(engine) is None:
+        replica.sync(now)  # route with the stored mode from the first request on
+    modes = ReplicaModes(replica, scheduler.state, metrics)
     runtime = ServiceRuntime(
         config, fleet, scheduler, metrics, modes, writer=writer, engine=engine, clock=clock
     )
@@ -122,4 +135,4 @@ def build_service(
             await asyncio.to_thread(record_weight_version, engine, rec)
         runtime.ready_problem = problem
 
-    return Service(runtime, engine, writer, readiness)
+    return Service(runtime, engine, writer, readiness, modes)

@@ -3,12 +3,13 @@
 The router reads `ModeSource.current()` on every decision (an attribute read, no I/O).
 Everything that may change the mode (the 1 s detector evaluation, `POST /v1/mode`, an
 Alertmanager webhook, a change made elsewhere and picked up by `sync`) goes through the
-same object, which persists each switch to the audit database's `fleet_state` row with
-compare-and-set and hands incident messages to the notify line.
+same object.
 
-`GuardedModes` runs the `Guard` facade in this process (one replica). A multi-replica
-deployment (shared mode, leader election) replaces it behind the same protocol.
-All methods run on the event loop thread; database and Slack calls go to worker threads.
+`ReplicaModes` is the service's adapter over `GuardReplica`: the mode lives in the audit
+database (`fleet_state`, compare-and-set), every `slaguard serve` replica on one database
+routes with it, and only the leader (advisory lock / file lock) runs the detectors,
+stores incidents and sends their messages. Here only metrics and the router's jitter
+inputs are fed; the blocking replica calls go to worker threads.
 """
 
 from __future__ import annotations
@@ -17,28 +18,28 @@ import asyncio
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.guard import rollout_compare
-from slaguard.guard.events import (
-    GuardEvent,
-    IncidentEvent,
-    IncidentState,
-    ModeChangedEvent,
-    VerdictEvent,
-    VerdictPhase,
-)
-from slaguard.guard.guard import Guard
-from slaguard.guard.modes import ModeState, TransitionResult
+from slaguard.guard.events import GuardEvent, VerdictEvent, VerdictPhase
+from slaguard.guard.manual import ManualAction, ManualOutcome, ModeBusyError
+from slaguard.guard.modes import ModeState
+from slaguard.guard.runtime import GuardReplica
 from slaguard.guard.samples import GuardSample
-from slaguard.guard.verdicts import Action, JsonDict, Severity
-from slaguard.notify.dispatcher import IncidentDispatcher
-from slaguard.scheduler.rollout import Arm, FleetMode, ModeKind
+from slaguard.guard.verdicts import Action, JsonDict, Severity, Verdict
+from slaguard.scheduler.rollout import Arm, FleetMode
 from slaguard.scheduler.state import FleetState
-from slaguard.service.store import ModeStore
 from slaguard.telemetry.metrics import SlaguardMetrics
 
 log = logging.getLogger(__name__)
+
+ALERT_ACTOR = "alertmanager"
+
+
+class ModeUnavailableError(RuntimeError):
+    """A mode command could not be stored (database down, or the mode kept changing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,10 @@ class ModeSource(Protocol):
         """The mode with its version, since, reason and actor (for `/v1/status`)."""
         ...
 
+    def guard_status(self) -> dict[str, object]:
+        """This replica's part in the guard (leader or not) for `/v1/status` (no I/O)."""
+        ...
+
     def on_outcome(self, sample: GuardSample) -> None:
         """One finished request for the detectors (no I/O)."""
         ...
@@ -81,140 +86,151 @@ class ModeSource(Protocol):
         ...
 
     async def sync(self, now_s: float) -> None:
-        """The 500 ms hook: pick up a mode changed elsewhere (CLI, another replica)."""
+        """The 500 ms hook: leadership, a mode changed elsewhere (CLI, another replica)."""
         ...
 
     async def command(
         self, action: str, now_s: float, *, actor: str, reason: str, stage_pct: int | None = None
     ) -> ModeChange:
-        """A human's `rollback`, `hold` or `resume`."""
+        """A human's `rollback`, `hold` or `resume` (raises ModeUnavailableError)."""
         ...
 
     async def alerts(self, firing: list[FiringAlert], now_s: float) -> ModeChange:
-        """Alertmanager asks for a guarded rollback."""
+        """Alertmanager asks for a guarded rollback (raises ModeUnavailableError)."""
+        ...
+
+    def close(self) -> None:
+        """Give up whatever this replica holds (leadership)."""
         ...
 
 
-def state_from_store(mode: str, version: int, since_s: float, reason: str, actor: str) -> ModeState:
-    """A guard state for a mode read from the database (the plan advances only from the
-    cold-start baseline, never switched since the migration seeded it, and from stages)."""
-    fleet_mode = FleetMode.parse(mode)
-    advance = fleet_mode.kind is ModeKind.ROLLOUT or (
-        fleet_mode.kind is ModeKind.ROUND_ROBIN and (version == 0 or actor == "system")
+def alert_verdict(firing: list[FiringAlert], now_s: float) -> Verdict:
+    """The firing alerts as the trip verdict of the incident their rollback opens."""
+    names = ", ".join(sorted({a.alertname for a in firing}))
+    return Verdict(
+        detector=ALERT_ACTOR,
+        action=Action.TRIP,
+        subject=names,
+        severity=Severity.CRITICAL,
+        summary=f"{names} firing ({firing[0].summary})"[:500],
+        at_s=now_s,
+        evidence={"alerts": [{"labels": a.labels, "annotations": a.annotations} for a in firing]},
     )
-    return ModeState(fleet_mode, version, since_s, reason, actor, advance)
 
 
-class GuardedModes:
-    """The `Guard` facade in this process, its switches persisted through a `ModeStore`."""
+class ReplicaModes:
+    """`ModeSource` over one `GuardReplica`: metrics and router inputs fed from it."""
 
     def __init__(
-        self,
-        guard: Guard,
-        fleet_state: FleetState,
-        metrics: SlaguardMetrics,
-        *,
-        store: ModeStore | None = None,
-        dispatcher: IncidentDispatcher | None = None,
+        self, replica: GuardReplica, fleet_state: FleetState, metrics: SlaguardMetrics
     ) -> None:
-        self.guard = guard
+        self.replica = replica
         self.fleet_state = fleet_state
         self.metrics = metrics
-        self.store = store
-        self.dispatcher = dispatcher
         self._index = {t.id: t.index for t in fleet_state.fleet}
-        self._incident_ids: dict[str, int] = {}
-        self._alert_incidents = 0
-        self._persist = asyncio.Lock()
-        self.persist_errors = 0
-        metrics.set_fleet_mode(guard.state.mode)
+        metrics.set_fleet_mode(replica.current())
 
     def current(self) -> FleetMode:
-        return self.guard.state.mode
+        return self.replica.current()
 
     def state(self) -> ModeState:
-        return self.guard.state
+        return self.replica.state()
+
+    def guard_status(self) -> dict[str, object]:
+        r = self.replica
+        return {
+            "replica_id": r.replica_id,
+            "leader": r.is_leader,
+            "lease": r.lease.kind,
+            "evaluations": r.stats.evaluations,
+            "sync_errors": r.stats.sync_errors,
+            "persist_errors": r.stats.persist_errors,
+            "last_error": r.stats.last_error,
+        }
 
     def on_outcome(self, sample: GuardSample) -> None:
-        self.guard.observe(sample)
+        self.replica.observe(sample)
 
     async def evaluate(self, now_s: float) -> None:
-        events = self.guard.evaluate(now_s)
-        self._publish_reports()
-        self._apply_jitter()
-        await self._handle(events, now_s)
-        if self.dispatcher is not None:
-            results = await asyncio.to_thread(self.dispatcher.deliver_pending, now_s)
-            self.metrics.count_slack_results(results)
+        events = await asyncio.to_thread(self.replica.evaluate, now_s)
+        self._count(events)
+        if self.replica.is_leader:
+            self._publish_reports()
+            self._apply_router()
+        self.metrics.set_fleet_mode(self.replica.current())
+        delivered = await asyncio.to_thread(self.replica.deliver, now_s)
+        self.metrics.count_slack_results(result for _, result in delivered)
 
     async def sync(self, now_s: float) -> None:
-        if self.store is None:
-            return
-        stored = await asyncio.to_thread(self.store.load)
-        if stored is None or stored.version <= self.guard.state.version:
-            return
-        events = self.guard.adopt_state(
-            state_from_store(
-                stored.mode, stored.version, stored.since_s, stored.reason, stored.actor
-            ),
-            now_s,
-        )
-        log.info("fleet mode %s adopted from the database (%s)", stored.mode, stored.reason)
-        self.metrics.set_fleet_mode(self.guard.state.mode)
-        await self._handle(events, now_s)
+        report = await asyncio.to_thread(self.replica.sync, now_s)
+        if report.gained:
+            log.warning("this replica (%s) now leads the guard", self.replica.replica_id)
+        if report.lost:
+            log.warning("this replica (%s) no longer leads the guard", self.replica.replica_id)
+            self._apply_router()
+        if report.adopted is not None:
+            log.info("fleet mode %s adopted from the database", report.adopted.mode.label)
+        self.metrics.set_fleet_mode(self.replica.current())
 
     async def command(
         self, action: str, now_s: float, *, actor: str, reason: str, stage_pct: int | None = None
     ) -> ModeChange:
-        if action == "resume":
-            result, events = self.guard.resume(
-                now_s, actor=actor, reason=reason, stage_pct=stage_pct
-            )
-        else:
-            result, events = self.guard.rollback(
-                now_s, actor=actor, reason=reason, hold=action == "hold"
-            )
-        if result.changed:
+        outcome = await self._run(ManualAction(action), now_s, actor, reason, stage_pct, None)
+        if outcome.result.changed:
             self.metrics.count_trip("manual")
-        await self._handle(events, now_s)
-        return self._answer(result)
+        return self._answer(outcome)
 
     async def alerts(self, firing: list[FiringAlert], now_s: float) -> ModeChange:
-        names = ", ".join(sorted({a.alertname for a in firing}))
-        reason = f"alertmanager: {names} firing ({firing[0].summary})"[:500]
-        before = self.guard.state.mode.label
-        result, events = self.guard.rollback(now_s, actor="alertmanager", reason=reason)
-        self.metrics.count_trip("alertmanager")
-        evidence: dict[str, Any] = {
-            "alerts": [{"labels": a.labels, "annotations": a.annotations} for a in firing]
-        }
-        self._alert_incidents += 1
-        incident = IncidentEvent(
-            incident_id=f"alert-{int(now_s)}-{self._alert_incidents}",
-            state=IncidentState.OPENED,
-            revision=0,
-            at_s=now_s,
-            opened_at_s=now_s,
-            detector="alertmanager",
-            severity=Severity.CRITICAL,
-            subject=names,
-            summary=reason,
-            mode_before=before,
-            mode_after=result.state.mode.label,
-            resume_stage_pct=self.guard.plan.first_stage().stage_pct,
-            evidence=evidence,
-        )
-        await self._handle([incident, *events], now_s)
-        return self._answer(result)
+        alert = alert_verdict(firing, now_s)
+        reason = f"{ALERT_ACTOR}: {alert.summary}"[:500]
+        outcome = await self._run(ManualAction.ROLLBACK, now_s, ALERT_ACTOR, reason, None, alert)
+        if outcome.result.changed:
+            self.metrics.count_trip(ALERT_ACTOR)
+        return self._answer(outcome)
+
+    def close(self) -> None:
+        self.replica.close()
 
     # -- internals ----------------------------------------------------------------------
 
-    def _answer(self, result: TransitionResult) -> ModeChange:
-        st = self.guard.state
-        return ModeChange(result.changed, st.mode.label, st.version, result.message)
+    async def _run(
+        self,
+        action: ManualAction,
+        now_s: float,
+        actor: str,
+        reason: str,
+        stage_pct: int | None,
+        alert: Verdict | None,
+    ) -> ManualOutcome:
+        try:
+            outcome = await asyncio.to_thread(
+                self.replica.command, action, now_s,
+                actor=actor, reason=reason, stage_pct=stage_pct, alert=alert,
+            )  # fmt: skip
+        except SQLAlchemyError as exc:
+            first = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["?"])[0]
+            raise ModeUnavailableError(f"the audit database refused the change: {first}") from exc
+        except ModeBusyError as exc:
+            raise ModeUnavailableError(str(exc)) from exc
+        msg = outcome.result.message
+        log.warning("fleet mode %s by %s: %s", action.value, actor, msg)
+        self.metrics.set_fleet_mode(self.replica.current())
+        return outcome
+
+    def _answer(self, outcome: ManualOutcome) -> ModeChange:
+        st = self.replica.state()
+        return ModeChange(outcome.result.changed, st.mode.label, st.version, outcome.result.message)
+
+    def _count(self, events: list[GuardEvent]) -> None:
+        for event in events:
+            if isinstance(event, VerdictEvent) and event.phase is not VerdictPhase.ENDED:
+                if event.verdict.action is Action.TRIP:
+                    self.metrics.count_trip(event.verdict.detector)
+                elif event.verdict.action is Action.DEMOTE:
+                    self.metrics.count_demotion(event.verdict.subject.removeprefix("target:"))
 
     def _publish_reports(self) -> None:
-        for report in self.guard.last_reports:
+        for report in self.replica.reports:
             ev = report.evidence
             if report.detector == rollout_compare.NAME:
                 self._publish_arm_ratios(ev)
@@ -236,76 +252,12 @@ class GuardedModes:
             ratio = counts.get("violations", 0) / requests if requests else math.nan
             self.metrics.set_arm_violation_ratio(arm.value, ratio)
 
-    def _apply_jitter(self) -> None:
-        z = self.guard.jitter_zscores()
-        self.fleet_state.set_jitter({self._index[t]: v for t, v in z.items() if t in self._index})
-        demoted = self.guard.demoted_targets()
+    def _apply_router(self) -> None:
+        """The leader's jitter Z-scores and demotions into this router; a target without a
+        score gets 0 (also all of them when this replica stops leading), never a stale one."""
+        inputs = self.replica.router
+        self.fleet_state.set_jitter(
+            {index: inputs.jitter_z.get(t, 0.0) for t, index in self._index.items()}
+        )
         for target_id, index in self._index.items():
-            self.fleet_state.set_demoted(index, target_id in demoted)
-
-    async def _handle(self, events: list[GuardEvent], now_s: float) -> None:
-        """Incidents first (so a trip's mode change can name its incident), then modes."""
-        for event in events:
-            if isinstance(event, VerdictEvent) and event.phase is not VerdictPhase.ENDED:
-                if event.verdict.action is Action.TRIP:
-                    self.metrics.count_trip(event.verdict.detector)
-                elif event.verdict.action is Action.DEMOTE:
-                    self.metrics.count_demotion(event.verdict.subject.removeprefix("target:"))
-        async with self._persist:
-            opened: int | None = None
-            for event in events:
-                if isinstance(event, IncidentEvent):
-                    opened = await self._incident(event, now_s) or opened
-            for event in events:
-                if isinstance(event, ModeChangedEvent):
-                    await self._mode_changed(event, opened)
-
-    async def _incident(self, event: IncidentEvent, now_s: float) -> int | None:
-        """Queue the message, store the incident; the database id of a newly opened one."""
-        log.warning("incident %s %s: %s", event.incident_id, event.state.value, event.summary)
-        if self.dispatcher is not None:
-            self.dispatcher.submit(event, now_s)
-        if self.store is None:
-            return None
-        try:
-            if event.state is IncidentState.OPENED:
-                db_id = await asyncio.to_thread(self.store.open_incident, event)
-                self._incident_ids[event.incident_id] = db_id
-                return db_id
-            if event.state is IncidentState.RESOLVED and event.incident_id in self._incident_ids:
-                db_id = self._incident_ids.pop(event.incident_id)
-                await asyncio.to_thread(self.store.resolve_incident, db_id, event.at_s)
-        except Exception:
-            self.persist_errors += 1
-            log.exception("could not store incident %s", event.incident_id)
-        return None
-
-    def incident_db_id(self, incident_id: str) -> int | None:
-        """The audit database id of an open incident (for `slaguard audit incident ID`)."""
-        return self._incident_ids.get(incident_id)
-
-    async def _mode_changed(self, event: ModeChangedEvent, incident: int | None) -> None:
-        tr = event.transition
-        log.warning("fleet mode %s -> %s: %s", tr.from_mode, tr.to_mode, event.message)
-        self.metrics.set_fleet_mode(FleetMode.parse(tr.to_mode))
-        if self.store is None:
-            return
-        try:
-            stored = await asyncio.to_thread(self.store.save, tr, incident)
-        except Exception:
-            self.persist_errors += 1
-            log.exception("could not store the mode change %s -> %s", tr.from_mode, tr.to_mode)
-            return
-        if stored.version != tr.version or stored.mode != tr.to_mode:
-            log.warning(
-                "fleet mode changed elsewhere first: now %s (version %d)",
-                stored.mode,
-                stored.version,
-            )
-            self.guard.adopt_state(
-                state_from_store(
-                    stored.mode, stored.version, stored.since_s, stored.reason, stored.actor
-                ),
-                tr.at_s,
-            )
-            self.metrics.set_fleet_mode(self.guard.state.mode)
+            self.fleet_state.set_demoted(index, target_id in inputs.demoted)

@@ -36,7 +36,7 @@ from slaguard.scheduler.explain import Decision, Outcome
 from slaguard.scheduler.rollout import Arm
 from slaguard.service.config import ServiceConfig
 from slaguard.service.modes import ModeSource
-from slaguard.service.store import ModeStore
+from slaguard.service.store import DecisionStore
 from slaguard.telemetry.metrics import SlaguardMetrics
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ class ServiceRuntime:
         self.modes = modes
         self.writer = writer
         self.engine = engine
-        self.store = ModeStore(engine) if engine is not None else None
+        self.store = DecisionStore(engine) if engine is not None else None
         self.gateway_metrics = GatewayMetrics(metrics.registry)
         self.clock = clock
         self.pending: OrderedDict[str, Pending] = OrderedDict()
@@ -382,6 +382,7 @@ class ServiceRuntime:
                 "reason": st.reason,
                 "actor": st.actor,
             },
+            "guard": self.modes.guard_status(),
             "weights": {
                 "version": self.scheduler.weights.version,
                 "values": list(self.scheduler.weights.values),
