@@ -14,7 +14,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import httpx
+import aiohttp
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -31,14 +31,19 @@ from slaguard.service.telemetry_scraper import MetricsScraper
 log = logging.getLogger(__name__)
 
 
-def gateway_client(runtime: ServiceRuntime) -> httpx.AsyncClient:
-    """The pooled client the gateway forwards with and the scraper scrapes with."""
+def gateway_client(runtime: ServiceRuntime) -> aiohttp.ClientSession:
+    """The pooled client the gateway forwards with and the scraper scrapes with.
+
+    aiohttp rather than httpx: a streamed request through httpx cost ~1.3 ms of the event
+    loop's CPU on the 2-core box, through aiohttp ~0.4 ms. Bodies pass through as they
+    arrive (no content decoding); connect and per-read timeouts as configured."""
     g = runtime.config.gateway
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(g.read_timeout_s, connect=g.connect_timeout_s),
-        limits=httpx.Limits(
-            max_connections=g.max_connections, max_keepalive_connections=g.max_connections
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=g.max_connections, limit_per_host=0),
+        timeout=aiohttp.ClientTimeout(
+            total=None, sock_connect=g.connect_timeout_s, sock_read=g.read_timeout_s
         ),
+        auto_decompress=False,
     )
 
 
@@ -46,7 +51,7 @@ def create_app(
     runtime: ServiceRuntime,
     *,
     admin_token: SecretStr | None,
-    client: httpx.AsyncClient | None = None,
+    client: aiohttp.ClientSession | None = None,
     run_loops: bool = True,
     readiness: Callable[[], Awaitable[None]] | None = None,
 ) -> FastAPI:
@@ -88,7 +93,7 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await scrape_task
             if client is None:
-                await http.aclose()
+                await http.close()
 
     app = FastAPI(
         title="slaguard",

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 import msgspec
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import StreamingResponse
@@ -71,6 +71,10 @@ class CompletionRequest(_Open):
     stream: bool = False
 
 
+FORWARD_HEADERS = {"content-type": "application/json", "accept-encoding": "identity"}
+"""Asked of the backend: identity, since its bytes are relayed without its headers."""
+
+
 class UpstreamError(Exception):
     """The backend failed before the first byte of its answer."""
 
@@ -79,7 +83,7 @@ class UpstreamError(Exception):
 class Upstream:
     """An answer whose first bytes arrived: the response, those bytes, the rest to come."""
 
-    response: httpx.Response
+    response: aiohttp.ClientResponse
     first: bytes
     rest: AsyncIterator[bytes]
 
@@ -263,16 +267,16 @@ async def _proxy(
         "x-slaguard-target": rt.fleet.targets[entry.target_index].id,
     }
     media = resp.headers.get("content-type", "application/json")
-    if not body.stream or resp.status_code >= 400:
+    if not body.stream or resp.status >= 400:
         try:
             content = up.first + b"".join([chunk async for chunk in up.rest])
         finally:
-            await resp.aclose()
-        _finish_whole(rt, entry, meter, resp.status_code, content)
-        return Response(content, resp.status_code, out_headers, media_type=media)
+            resp.release()
+        _finish_whole(rt, entry, meter, resp.status, content)
+        return Response(content, resp.status, out_headers, media_type=media)
     return StreamingResponse(
         _relay(rt, routed, meter, up),
-        resp.status_code,
+        resp.status,
         out_headers,
         media_type=media,
     )
@@ -282,7 +286,7 @@ async def _open_upstream(
     request: Request, rt: ServiceRuntime, routed: Routed, path: str, raw: bytes, stream: bool
 ) -> Upstream:
     """Send to the chosen target; once more to the next-best one if it fails first."""
-    client: httpx.AsyncClient = request.app.state.http
+    client: aiohttp.ClientSession = request.app.state.http
     gm = rt.gateway_metrics
     targets = rt.fleet.targets
     entry = routed.entry
@@ -300,7 +304,7 @@ async def _open_upstream(
         try:
             async with asyncio.timeout(g.first_byte_timeout_s if stream else g.read_timeout_s):
                 return await _first_byte(client, target, path, raw)
-        except (UpstreamError, httpx.HTTPError, TimeoutError) as exc:
+        except (UpstreamError, aiohttp.ClientError, TimeoutError) as exc:
             gm.upstream_failures.labels("before_first_byte").inc()
             why = str(exc) or type(exc).__name__
             failures.append(f"{target.id}: {why}")
@@ -313,20 +317,16 @@ async def _open_upstream(
     raise HTTPException(502, "backend failed before answering: " + "; ".join(failures))
 
 
-async def _first_byte(client: httpx.AsyncClient, target: Target, path: str, raw: bytes) -> Upstream:
+async def _first_byte(
+    client: aiohttp.ClientSession, target: Target, path: str, raw: bytes
+) -> Upstream:
     if not target.url:
         raise UpstreamError("no URL configured for this target")
-    req = client.build_request(
-        "POST",
-        target.url.rstrip("/") + path,
-        content=raw,
-        headers={"content-type": "application/json"},
-    )
-    resp = await client.send(req, stream=True)
+    resp = await client.post(target.url.rstrip("/") + path, data=raw, headers=FORWARD_HEADERS)
     try:
-        if resp.status_code >= 500:
-            raise UpstreamError(f"HTTP {resp.status_code}")
-        chunks = resp.aiter_raw()
+        if resp.status >= 500:
+            raise UpstreamError(f"HTTP {resp.status}")
+        chunks = resp.content.iter_any()
         first = b""
         async for chunk in chunks:
             if chunk:
@@ -334,7 +334,7 @@ async def _first_byte(client: httpx.AsyncClient, target: Target, path: str, raw:
                 break
         return Upstream(resp, first, chunks)
     except BaseException:
-        await resp.aclose()
+        resp.close()
         raise
 
 
@@ -379,7 +379,7 @@ async def _relay(
         async for chunk in up.rest:
             meter.feed(chunk)
             yield chunk
-    except httpx.HTTPError as exc:
+    except aiohttp.ClientError as exc:
         status = "failed"
         rt.gateway_metrics.upstream_failures.labels("after_first_byte").inc()
         routed.decision.explanation.notes.append(
@@ -389,7 +389,7 @@ async def _relay(
         status = "failed"
         raise
     finally:
-        await up.response.aclose()
+        up.response.release()
         end = time.perf_counter()
         ttft = None if meter.first_token_at is None else meter.first_token_at - meter.started
         usage = meter.usage or {}

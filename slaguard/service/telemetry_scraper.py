@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import httpx
+import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from slaguard.fleet import Fleet, Target
@@ -91,7 +91,7 @@ class MetricsScraper:
         self,
         fleet: Fleet,
         state: FleetState,
-        client: httpx.AsyncClient,
+        client: aiohttp.ClientSession,
         clock: Callable[[], float],
         *,
         timeout_s: float = 0.5,
@@ -100,7 +100,7 @@ class MetricsScraper:
         self.state = state
         self.client = client
         self.clock = clock
-        self.timeout_s = timeout_s
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.rounds = 0
         self.errors = 0
         self.last_error: dict[str, str] = {}
@@ -108,10 +108,11 @@ class MetricsScraper:
     async def _one(self, target: Target) -> None:
         url = f"{str(target.url).rstrip('/')}/metrics"
         try:
-            resp = await self.client.get(url, timeout=self.timeout_s)
-            resp.raise_for_status()
-            picture = parse_vllm_metrics(resp.text)
-        except (httpx.HTTPError, ScrapeError, ValueError) as exc:
+            async with self.client.get(url, timeout=self.timeout) as resp:
+                resp.raise_for_status()
+                text = await resp.text()
+            picture = parse_vllm_metrics(text)
+        except (aiohttp.ClientError, TimeoutError, ScrapeError, ValueError) as exc:
             self.errors += 1
             message = f"{type(exc).__name__}: {exc}"
             if self.last_error.get(target.id) != message:
