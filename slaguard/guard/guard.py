@@ -1,7 +1,9 @@
 """The `Guard` facade: samples in, `evaluate(now_s)` out, the same code on any clock.
 
 Driver contract (the simulator on simulated time, the service on wall time):
-* call `observe(sample)` for every finished request (cheap, no I/O);
+* call `observe(sample)` for every finished request (cheap, no I/O), and, where requests
+  are seen arriving, `observe_arrival(at_s, prefix_id)` for each (the hot-spot detector
+  then counts arrivals instead of completions);
 * call `evaluate(now_s)` every `evaluation_interval_s` (1 s); it returns the events of that
   evaluation. A `ModeChangedEvent` must be published (store compare-and-set on
   `state.version`, then the router's mode) before the next 500 ms correction tick, so a
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from slaguard.guard import modes
+from slaguard.guard import modes, rollout_compare
 from slaguard.guard.breaker import BreakerSignal, BreakerState, Evaluation, step_breaker
 from slaguard.guard.cold_start import ColdStartDetector
 from slaguard.guard.config import GuardConfig
@@ -65,9 +67,10 @@ class Guard:
         self.breaker = BreakerState()
         self.ttft = TtftZscoreDetector(self.config.ttft_zscore)
         self.cold_start = ColdStartDetector(self.config.cold_start)
+        self.hot_spot = HotSpotDetector(self.config.hot_spot)
         self.detectors: tuple[Detector, ...] = (
             self.ttft,
-            HotSpotDetector(self.config.hot_spot),
+            self.hot_spot,
             self.cold_start,
             RolloutCompareDetector(self.config.rollout_compare),
         )
@@ -80,6 +83,11 @@ class Guard:
         for detector in self.detectors:
             detector.observe(sample)
 
+    def observe_arrival(self, at_s: float, prefix_id: str | None) -> None:
+        """One request arriving (routed), for the hot-spot detector: a flood is counted as it
+        arrives, not as it finishes (then finished requests no longer count there)."""
+        self.hot_spot.observe_arrival(at_s, prefix_id)
+
     def jitter_zscores(self) -> dict[str, float]:
         """Per-target TTFT Z-scores for the router's jitter term (thin targets absent)."""
         return self.ttft.zscores()
@@ -90,7 +98,7 @@ class Guard:
 
     def evaluate(self, now_s: float) -> list[GuardEvent]:
         """Run every detector once, step the breaker, move the mode; return the events."""
-        reports = tuple(d.evaluate(now_s) for d in self.detectors)
+        reports = tuple(self._in_stage(d.evaluate(now_s)) for d in self.detectors)
         self.last_reports = reports
         trips = [v for r in reports for v in r.trips]
         events: list[GuardEvent] = list(self._verdict_events(now_s, reports, trips))
@@ -111,6 +119,15 @@ class Guard:
         if step.state.consecutive_bad == 0 and self.breaker.opened_at_s is None:
             events += self._apply(modes.advance(self.state, now_s, self.plan), now_s)
         return events
+
+    def _in_stage(self, report: DetectorReport) -> DetectorReport:
+        """The rollout comparison judges only during a gray stage: outside one its window
+        holds the requests of a stage that has ended (after a trip, the learned arm's last
+        ones against round-robin's next ones), not two arms running side by side."""
+        if report.detector != rollout_compare.NAME or self.state.mode.kind is ModeKind.ROLLOUT:
+            return report
+        evidence = report.evidence | {"gray_stage": False}
+        return DetectorReport(report.detector, Status.INSUFFICIENT, evidence=evidence)
 
     def _verdict_events(
         self, now_s: float, reports: tuple[DetectorReport, ...], trips: list[Verdict]

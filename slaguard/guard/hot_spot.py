@@ -2,6 +2,11 @@
 
 Keys are full prefix identities (see `samples.prefix_identity`): a system prompt shared
 by every request (Mooncake's block 0) is part of every key, so it never looks hot by itself.
+
+A flood is an arrival phenomenon: a driver that sees requests arrive feeds them with
+`observe_arrival` (the routing decision), and from then on finished requests are not
+counted again. Counting completions instead (the fallback) lags the flood by the requests'
+latency and under-counts it when its requests queue or time out.
 """
 
 from __future__ import annotations
@@ -22,9 +27,21 @@ class HotSpotDetector:
     def __init__(self, config: HotSpotConfig | None = None) -> None:
         self.config = config or HotSpotConfig()
         self._sketch = DecayedSpaceSaving(self.config.counters, self.config.decay_tau_s)
+        self._sees_arrivals = False
+
+    def observe_arrival(self, at_s: float, prefix_id: str | None) -> None:
+        """Count one arriving request's prefix (in time order); requests without one still
+        count in the total."""
+        self._sees_arrivals = True
+        if prefix_id is None:
+            self._sketch.add_untracked(at_s)
+        else:
+            self._sketch.add(prefix_id, at_s)
 
     def observe(self, sample: GuardSample) -> None:
-        """Count the request's prefix; requests without one still count in the total."""
+        """Count a finished request, unless arrivals are fed (the fallback)."""
+        if self._sees_arrivals:
+            return
         if sample.prefix_id is None:
             self._sketch.add_untracked(sample.at_s)
         else:
@@ -40,6 +57,7 @@ class HotSpotDetector:
             "trip_share": c.trip_share,
             "decay_tau_s": c.decay_tau_s,
             "counters": c.counters,
+            "counts": "arrivals" if self._sees_arrivals else "completions",
         }
         if total < c.min_effective_samples:
             return DetectorReport(NAME, Status.INSUFFICIENT, evidence=evidence)

@@ -45,12 +45,23 @@ def robust_center(
 
 
 def robust_zscores(
-    values: Mapping[str, float], floor_rel: float, floor_abs: float = 1e-9
+    values: Mapping[str, float],
+    floor_rel: float,
+    floor_abs: float = 1e-9,
+    noise: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, float], RobustCenter]:
-    """Robust Z-score of every value against the group (the value itself included)."""
+    """Robust Z-score of every value against the group (the value itself included).
+
+    `noise` is a per-key standard error of the value itself (an estimate read from few
+    samples), added in quadrature to the group's scale: a noisy read needs a larger
+    departure before it counts.
+    """
     keys = list(values)
     center = robust_center([values[k] for k in keys], floor_rel, floor_abs)
-    return {k: (values[k] - center.median) / center.scale for k in keys}, center
+    se = noise or {}
+    return {
+        k: (values[k] - center.median) / math.hypot(center.scale, se.get(k, 0.0)) for k in keys
+    }, center
 
 
 def log_floor(floor_rel: float) -> float:

@@ -4,9 +4,10 @@
   same model (a 70B tensor-parallel group and an 8B replica on one card type are not
   comparable), median/MAD, only for groups of at least `min_peers`.
 * Fleet score: the target's p99 relative to its own slow baseline, against the same ratio
-  across the whole fleet. Raw p99s of a heterogeneous fleet differ by design (an L40S is
-  slower than an H200); their *change* is comparable, so a target that jitters stands out
-  while a fleet-wide load rise does not.
+  of the other targets serving the same model (the whole fleet for a model with fewer
+  than `min_peers` targets). Raw p99s of a heterogeneous fleet differ by design (an L40S
+  is slower than an H200); their *change* is comparable, so a target that jitters stands
+  out while a load rise on a model (which lifts all of its targets) does not.
 
 Both are scored on logs (latency noise is multiplicative; see `robust`). The larger of
 the two is the target's Z-score (what the router's jitter term consumes). A
@@ -19,6 +20,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from statistics import NormalDist
+
+import numpy as np
 
 from slaguard.guard.baseline import LogBaseline
 from slaguard.guard.config import TtftZscoreConfig
@@ -29,6 +33,8 @@ from slaguard.guard.tier_shift import TierShift
 from slaguard.guard.verdicts import Action, DetectorReport, JsonDict, Severity, Status, Verdict
 
 NAME = "ttft_zscore"
+_IQR_TO_SIGMA = 1.349
+_NORMAL = NormalDist()
 
 
 @dataclass(slots=True)
@@ -94,7 +100,9 @@ class TtftZscoreDetector:
         if sample.has_ttft and sample.ttft_s is not None:
             ttft = max(sample.ttft_s, self.config.min_ttft_s)
             self._hist.add(sample.target_id, sample.at_s, ttft)
-            self._tiers.observe(sample.target_id, sample.card_type, sample.at_s, ttft)
+            self._tiers.observe(
+                sample.target_id, sample.card_type, sample.model_id, sample.at_s, ttft
+            )
 
     def zscores(self) -> dict[str, float]:
         """Latest Z-score per scored target (targets with thin data are absent, not 0)."""
@@ -110,6 +118,8 @@ class TtftZscoreDetector:
         self._hist.advance(now_s)
         p99s: dict[str, float] = {}
         counts: dict[str, int] = {}
+        noise: dict[str, float] = {}
+        spreads: list[float] = []
         for target in self._targets:
             n = self._hist.count(target)
             if n >= c.min_samples:
@@ -117,6 +127,8 @@ class TtftZscoreDetector:
                 q = min(c.quantile, 1.0 - c.min_tail_samples / n)
                 p99s[target] = self._hist.quantile(target, q)
                 counts[target] = n
+                noise[target] = self._read_noise_factor(q, n)
+                spreads.append(self._log_spread(target))
         tier_verdicts, tier_evidence = self._tiers.evaluate(now_s)
         gate: JsonDict = {
             "scored_targets": len(p99s),
@@ -129,7 +141,8 @@ class TtftZscoreDetector:
             self._zscores = {}
             status = Status.ANOMALOUS if tier_verdicts else Status.INSUFFICIENT
             return DetectorReport(NAME, status, tuple(tier_verdicts), evidence=gate)
-        scores = self._score(p99s, counts)
+        sigma = float(np.median(spreads)) if spreads else 0.0
+        scores = self._score(p99s, counts, {t: f * sigma for t, f in noise.items()})
         self._zscores = {t: s.z for t, s in scores.items()}
         verdicts = self._target_verdicts(now_s, scores)
         verdicts += self._fleet_trip(now_s, scores)
@@ -141,7 +154,22 @@ class TtftZscoreDetector:
         trips = any(v.action is Action.TRIP for v in verdicts)
         return DetectorReport(NAME, Status.ANOMALOUS if trips else Status.OK, tuple(verdicts), gate)
 
-    def _score(self, p99s: dict[str, float], counts: dict[str, int]) -> dict[str, _Score]:
+    def _log_spread(self, target: str) -> float:
+        """Sigma of log TTFT from the target's interquartile range."""
+        lo, hi = self._hist.quantile(target, 0.25), self._hist.quantile(target, 0.75)
+        return math.log(hi / lo) / _IQR_TO_SIGMA
+
+    @staticmethod
+    def _read_noise_factor(q: float, n: int) -> float:
+        """Standard error of log(quantile q) read from n samples, in units of the log
+        sigma (normal approximation): 0.12 at n = 1,000 and q = 0.99, 0.29 at n = 40
+        (where the read is the 92.5th percentile). The sigma is the median over scored
+        targets, not the target's own: a degrading target's own spread widens."""
+        return math.sqrt(q * (1.0 - q) / n) / _NORMAL.pdf(_NORMAL.inv_cdf(q))
+
+    def _score(
+        self, p99s: dict[str, float], counts: dict[str, int], noise: dict[str, float]
+    ) -> dict[str, _Score]:
         c = self.config
         groups: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
         for target, p99 in p99s.items():
@@ -152,15 +180,13 @@ class TtftZscoreDetector:
         for members in groups.values():
             if len(members) >= c.min_peers:
                 logs = {t: math.log(p99) for t, p99 in members.items()}
-                peer_z.update(robust_zscores(logs, 0.0, floor)[0])
+                peer_z.update(robust_zscores(logs, 0.0, floor, noise)[0])
         ratios = {
             t: r
             for t, p99 in p99s.items()
             if (r := self._targets[t].baseline.ratio(p99)) is not None
         }
-        fleet_z: dict[str, float] = {}
-        if len(ratios) >= c.min_scored_targets:
-            fleet_z = robust_zscores({t: math.log(r) for t, r in ratios.items()}, 0.0, floor)[0]
+        fleet_z = self._change_scores(ratios, floor, noise)
         scores: dict[str, _Score] = {}
         for target, p99 in p99s.items():
             pz, fz = peer_z.get(target), fleet_z.get(target)
@@ -169,6 +195,29 @@ class TtftZscoreDetector:
                 scores[target] = _Score(
                     p99, counts[target], max(candidates), pz, fz, ratios.get(target)
                 )
+        return scores
+
+    def _change_scores(
+        self, ratios: dict[str, float], floor: float, noise: dict[str, float]
+    ) -> dict[str, float]:
+        """Robust Z of log(p99 / baseline) among the targets serving the same model.
+
+        Each model has its own traffic and capacity: a burst of 70B requests lifts every 70B
+        target's p99 while the 8B targets stay put, which is load, not jitter. A model served
+        by fewer than `min_peers` scored targets is compared with the whole fleet instead.
+        """
+        c = self.config
+        logs = {t: math.log(r) for t, r in ratios.items()}
+        by_model: dict[str, dict[str, float]] = defaultdict(dict)
+        for target, value in logs.items():
+            by_model[self._targets[target].model_id][target] = value
+        scores: dict[str, float] = {}
+        for members in by_model.values():
+            if len(members) >= c.min_peers:
+                scores.update(robust_zscores(members, 0.0, floor, noise)[0])
+        if len(scores) < len(logs) and len(logs) >= c.min_scored_targets:
+            pooled = robust_zscores(logs, 0.0, floor, noise)[0]
+            scores.update({t: z for t, z in pooled.items() if t not in scores})
         return scores
 
     def _target_verdicts(self, now_s: float, scores: dict[str, _Score]) -> list[Verdict]:

@@ -106,6 +106,10 @@ class GuardController(SimObserver):
     def initial_mode(self) -> FleetMode:
         return self.guard.state.mode
 
+    def on_decision(self, decision: Decision, now_s: float) -> None:
+        """An arriving request (routed, or finally rejected): the hot-spot detector's input."""
+        self.guard.observe_arrival(now_s, decision.request.prefix_id)
+
     def on_outcome(self, decision: Decision, now_s: float, outcome: OutcomeInfo) -> None:
         """A finished request that reached a target is one guard sample."""
         target = decision.target
