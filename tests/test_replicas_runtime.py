@@ -22,8 +22,10 @@ from slaguard.guard import runner
 from slaguard.guard.events import ModeChangedEvent
 from slaguard.guard.feed import AuditSampleFeed
 from slaguard.guard.leader import lease_for
+from slaguard.guard.manual import ManualAction
 from slaguard.guard.runtime import GuardReplica
 from slaguard.guard.store import GuardStore
+from slaguard.guard.verdicts import Action, Severity, Verdict
 from slaguard.notify.file import FileNotifier
 
 
@@ -74,6 +76,67 @@ def test_only_the_leader_evaluates_stores_and_sends(engine: Engine, tmp_path: Pa
     report = b.sync(now + 22)
     assert report.gained and b.guard.incidents.current is not None  # continues the incident
     b.close()
+
+
+def test_the_leader_publishes_its_reports_and_router_inputs_others_none(
+    engine: Engine, tmp_path: Path
+) -> None:
+    now = time.time()
+    start_rollout(GuardStore(engine), at_s=now - 30)
+    a, b = make(engine, "a", tmp_path), make(engine, "b", tmp_path)
+    assert a.sync(now).leader and not b.sync(now).leader
+    for replica in (a, b):
+        for sample in arm_samples(now - 5):
+            replica.observe(sample)
+        replica.evaluate(now)
+    assert [r.detector for r in a.reports] == [
+        "ttft_zscore", "hot_spot", "cold_start", "rollout_compare",
+    ]  # fmt: skip
+    (compare,) = [r for r in a.reports if r.detector == "rollout_compare"]
+    assert compare.evidence["learned"]["requests"] == 60
+    assert compare.evidence["learned"]["violations"] == 24  # 2 in every 5
+    assert b.reports == () and b.router.jitter_z == {}
+    a.close()
+    assert b.sync(now + 1).gained
+    a.sync(now + 1)
+    assert a.reports == () and not a.is_leader
+    b.close()
+
+
+def test_an_alert_rollback_opens_an_incident_with_the_alert_and_resume_resolves_it(
+    engine: Engine, tmp_path: Path
+) -> None:
+    now = time.time()
+    start_rollout(GuardStore(engine), at_s=now - 30)
+    replica = make(engine, "a", tmp_path)
+    replica.sync(now)
+    alert = Verdict(
+        "alertmanager", Action.TRIP, "SlaguardSLAErrorBudgetBurn", Severity.CRITICAL,
+        "SlaguardSLAErrorBudgetBurn firing (burning 14.4x)", now,
+        {"alerts": [{"labels": {"severity": "critical"}, "annotations": {}}]},
+    )  # fmt: skip
+    out = replica.command(
+        ManualAction.ROLLBACK, now, actor="alertmanager", reason="alertmanager: x", alert=alert
+    )
+    assert out.result.changed and out.incident_id is not None
+    (opened,) = out.queued
+    assert (opened.state.value, opened.detector, opened.mode_after) == (
+        "opened", "alertmanager", "round_robin",
+    )  # fmt: skip
+    assert opened.evidence["verdicts"][0]["evidence"]["alerts"][0]["labels"] == {
+        "severity": "critical"
+    }
+    again = replica.command(
+        ManualAction.ROLLBACK, now + 1, actor="alertmanager", reason="again", alert=alert
+    )
+    assert not again.result.changed and again.queued == []
+    resumed = replica.command(ManualAction.RESUME, now + 2, actor="ana", reason="fixed")
+    assert [(e.incident_id, e.state.value) for e in resumed.queued] == [
+        (str(out.incident_id), "resolved")
+    ]
+    with pytest.raises(ValueError, match="only ask for a rollback"):
+        replica.command(ManualAction.HOLD, now + 3, actor="x", reason="x", alert=alert)
+    replica.close()
 
 
 def test_a_switch_the_database_refused_is_written_at_the_next_sync(

@@ -202,6 +202,19 @@ def test_alertmanager_rollback_is_recorded_with_its_incident(admin: Admin) -> No
     assert lines[0]["incident"]["mode_after"] == "round_robin"
 
 
+def test_status_names_the_guard_leader_and_a_resume_resolves_the_alert_incident(
+    admin: Admin,
+) -> None:
+    guard = admin.client.get("/v1/status").json()["guard"]
+    assert guard["leader"] is True and guard["lease"] == "file lock"
+    assert guard["evaluations"] >= 1 and guard["persist_errors"] == 0
+    r = admin.client.post("/v1/mode", json={"action": "resume", "reason": "ok"}, headers=AUTH)
+    assert r.json()["changed"] is True and r.json()["mode"] == "rollout(10)"
+    incident = admin.rows(Incident)[-1]
+    assert incident["detector"] == "alertmanager" and incident["resolved_at"] is not None
+    assert [u["state"] for u in incident["evidence"]["updates"]] == ["resolved"]
+
+
 def test_bad_alertmanager_payload(admin: Admin) -> None:
     bad = _webhook("SlaguardSLAErrorBudgetBurn") | {"version": "3"}
     r = admin.client.post("/v1/alertmanager", json=bad, headers=AUTH)
