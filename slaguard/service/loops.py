@@ -4,8 +4,8 @@
 |---|---|---|
 | hardware_refresh | batching tick (100 ms) | per-target gauges from the picture, audit backlog |
 | global_correction | correction period (500 ms) | correction signal from recent SLA misses |
-| mode_sync | correction period (500 ms) | adopt a mode changed elsewhere; readiness |
-| detectors | 1 s | guard evaluation (trips, demotions, incidents) |
+| mode_sync | correction period (500 ms) | guard leadership, a mode changed elsewhere; readiness |
+| detectors | 1 s | leader: guard evaluation (trips, demotions, incidents), messages |
 | weight_update | 1 h | learned weights refit, version stored |
 
 Jobs are coroutines, so they share the event loop thread with the request handlers and
