@@ -119,7 +119,7 @@ def test_switches_older_than_an_hour_and_stage_moves_do_not_count(audit_engine: 
 
 
 def test_rows_from_the_services_single_replica_store_read_back(audit_engine: Engine) -> None:
-    """The service's ModeStore writes `kind: reason` and no transition marker."""
+    """Rows an older single-replica service wrote (`kind: reason`, no transition marker)."""
     record_mode_change(
         audit_engine,
         ModeChangeRecord(T0, "round_robin", "rollout(10)", "manual_resume: ok", "alice"),

@@ -6,7 +6,7 @@ compare-and-set on `version` that also writes the `mode_changes` row; that row's
 carries, besides the detector's numbers, `transition: {kind, version}`.
 
 Derived when loading, so no extra columns are needed and rows written by any writer
-(this store, the service's single-replica `ModeStore`, an older slaguard) read back:
+(this store, an older slaguard's single-replica service, any other writer) read back:
 * `entered_by`: the newest mode change's kind (its evidence, else the `kind: reason`
   prefix the service's store writes), if that row produced the current version;
 * `auto_advance`: from that kind, exactly as `modes.py` sets it (tested against it);
