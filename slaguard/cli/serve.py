@@ -9,6 +9,7 @@ import typer
 import uvicorn
 
 from slaguard.audit.engine import DatabaseUrlError
+from slaguard.audit.spill import SpillInUseError
 from slaguard.cli.errors import fail
 from slaguard.fleet import FleetError
 from slaguard.notify.factory import NotifyConfigError
@@ -33,6 +34,11 @@ def serve(
         service = build_service(cfg)
     except (ServiceConfigError, FleetError, DatabaseUrlError, NotifyConfigError) as exc:
         fail(str(exc))
+    except SpillInUseError as exc:
+        fail(
+            f"audit spill journal: {exc}; fix: give each replica its own spill_dir "
+            "(config field, or SLAGUARD_SERVE_SPILL_DIR)"
+        )
     logging.basicConfig(
         level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -105,7 +105,7 @@ def build_service(
     metrics = SlaguardMetrics(registry or CollectorRegistry(), targets=fleet_target_labels(fleet))
     writer = AuditWriter(
         engine,
-        default_spill_dir(engine.url),
+        config.spill_dir or default_spill_dir(engine.url),
         on_rows_written=metrics.count_audit_rows,
         on_write_error=lambda _detail: metrics.count_audit_write_error(),
     )

@@ -106,6 +106,10 @@ class ServiceConfig(BaseSettings):
     fleet: Path | None = Field(default=None, description="fleet file; default: built-in")
     db: str | None = Field(default=None, description="audit DB URL; default: $SLAGUARD_DB")
     migrate: bool = Field(default=True, description="create/upgrade the audit schema at start")
+    spill_dir: Path | None = Field(
+        default=None,
+        description="audit spill journal; default beside the SQLite file, else ./ (one per replica)",
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_pending_decisions: int = Field(default=200_000, ge=100, le=10_000_000)
