@@ -108,7 +108,7 @@ class ServiceConfig(BaseSettings):
     migrate: bool = Field(default=True, description="create/upgrade the audit schema at start")
     spill_dir: Path | None = Field(
         default=None,
-        description="audit spill journal; default beside the SQLite file, else ./ (one per replica)",
+        description="audit spill journal, one per replica; default beside the SQLite file",
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
