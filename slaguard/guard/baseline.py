@@ -21,6 +21,12 @@ class LogBaseline:
     at_s: float = 0.0
     frozen_since_s: float | None = None
     count: int = 0
+    since_s: float | None = None
+    """When the first value was folded in (None before)."""
+
+    def age_s(self, now_s: float) -> float:
+        """How long this baseline has been learning (0 before its first value)."""
+        return 0.0 if self.since_s is None else now_s - self.since_s
 
     @property
     def value(self) -> float | None:
@@ -43,6 +49,7 @@ class LogBaseline:
         self.count += 1
         if self.log_value is None:
             self.log_value = math.log(current)
+            self.since_s = now_s
         else:
             # A plain mean while young (weight 1/n), then the time-constant EWMA.
             weight = max(

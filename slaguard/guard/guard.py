@@ -189,13 +189,20 @@ class Guard:
         if result.transition is None:
             return []
         before = self.state
-        self.state = result.state
+        self._take(result.state)
         events: list[GuardEvent] = [ModeChangedEvent(result.transition, result.message)]
         if open_incident:
             resolved = self._maybe_resolve(before, now_s, result.message)
             if resolved is not None:
                 events.append(resolved)
         return events
+
+    def _take(self, state: ModeState) -> None:
+        """Adopt a new state; a new learned share moves load between targets by design, so
+        the TTFT detector's per-target baselines start again."""
+        if state.mode.learned_share != self.state.mode.learned_share:
+            self.ttft.rebaseline()
+        self.state = state
 
     def _maybe_resolve(self, before: ModeState, now_s: float, message: str) -> IncidentEvent | None:
         after = self.state.mode
@@ -229,6 +236,6 @@ class Guard:
         if stored.version <= self.state.version:
             return []
         before = self.state
-        self.state = stored
+        self._take(stored)
         resolved = self._maybe_resolve(before, now_s, stored.reason)
         return [] if resolved is None else [resolved]

@@ -61,13 +61,18 @@ class TierShift:
         if baseline is None:
             baseline = LogBaseline(c.baseline_tau_s, c.baseline_max_freeze_s)
             self._target_baselines[target_id] = baseline
-            self._members.setdefault(tier, set()).add(target_id)
+        self._members.setdefault(tier, set()).add(target_id)
         ratio = baseline.ratio(ttft_s)
         if ratio is not None and baseline.count >= c.min_samples:
             self._hist.add(_key(tier), at_s, ratio)
             self._hist.add(_key((_FLEET, model_id)), at_s, ratio)
             self._hist.add(_FLEET, at_s, ratio)
         baseline.update(at_s, ttft_s, anomalous=tier in self._tripped)
+
+    def rebaseline(self) -> None:
+        """Forget the per-target baselines (the routing policy changed)."""
+        self._target_baselines = {}
+        self._tripped = set()
 
     def _log_quantile(self, counts: np.ndarray, q: float) -> float:
         return math.log(self._hist.quantile_of(counts, q))

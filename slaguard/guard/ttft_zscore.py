@@ -3,11 +3,12 @@
 * Peer score: the target's p99 against the other targets of the same card type serving the
   same model (a 70B tensor-parallel group and an 8B replica on one card type are not
   comparable), median/MAD, only for groups of at least `min_peers`.
-* Fleet score: the target's p99 relative to its own slow baseline, against the same ratio
-  of the other targets serving the same model (the whole fleet for a model with fewer
-  than `min_peers` targets). Raw p99s of a heterogeneous fleet differ by design (an L40S
-  is slower than an H200); their *change* is comparable, so a target that jitters stands
-  out while a load rise on a model (which lifts all of its targets) does not.
+* Fleet score: the target's p99 relative to its own slow baseline (once that baseline is
+  a window old), against the same ratio of the other targets serving the same model (the
+  whole fleet for a model with fewer than `min_peers` targets). Raw p99s of a
+  heterogeneous fleet differ by design (an L40S is slower than an H200); their *change* is
+  comparable, so a target that jitters stands out while a load rise on a model (which
+  lifts all of its targets) does not.
 
 Both are scored on logs (latency noise is multiplicative; see `robust`). The larger of
 the two is the target's Z-score (what the router's jitter term consumes). A
@@ -104,6 +105,16 @@ class TtftZscoreDetector:
                 sample.target_id, sample.card_type, sample.model_id, sample.at_s, ttft
             )
 
+    def rebaseline(self) -> None:
+        """Forget every per-target baseline: the fleet's routing policy changed, which moves
+        load between targets by design, so yesterday's per-target normal no longer holds.
+        The change score waits until a new baseline is a window old; the peer score (no
+        baseline) keeps judging; the tier test waits for `min_samples` per target."""
+        c = self.config
+        for state in self._targets.values():
+            state.baseline = LogBaseline(c.baseline_tau_s, c.baseline_max_freeze_s)
+        self._tiers.rebaseline()
+
     def zscores(self) -> dict[str, float]:
         """Latest Z-score per scored target (targets with thin data are absent, not 0)."""
         return dict(self._zscores)
@@ -142,7 +153,7 @@ class TtftZscoreDetector:
             status = Status.ANOMALOUS if tier_verdicts else Status.INSUFFICIENT
             return DetectorReport(NAME, status, tuple(tier_verdicts), evidence=gate)
         sigma = float(np.median(spreads)) if spreads else 0.0
-        scores = self._score(p99s, counts, {t: f * sigma for t, f in noise.items()})
+        scores = self._score(now_s, p99s, counts, {t: f * sigma for t, f in noise.items()})
         self._zscores = {t: s.z for t, s in scores.items()}
         verdicts = self._target_verdicts(now_s, scores)
         verdicts += self._fleet_trip(now_s, scores)
@@ -168,7 +179,11 @@ class TtftZscoreDetector:
         return math.sqrt(q * (1.0 - q) / n) / _NORMAL.pdf(_NORMAL.inv_cdf(q))
 
     def _score(
-        self, p99s: dict[str, float], counts: dict[str, int], noise: dict[str, float]
+        self,
+        now_s: float,
+        p99s: dict[str, float],
+        counts: dict[str, int],
+        noise: dict[str, float],
     ) -> dict[str, _Score]:
         c = self.config
         groups: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
@@ -184,7 +199,8 @@ class TtftZscoreDetector:
         ratios = {
             t: r
             for t, p99 in p99s.items()
-            if (r := self._targets[t].baseline.ratio(p99)) is not None
+            if self._targets[t].baseline.age_s(now_s) >= c.window_s
+            and (r := self._targets[t].baseline.ratio(p99)) is not None
         }
         fleet_z = self._change_scores(ratios, floor, noise)
         scores: dict[str, _Score] = {}

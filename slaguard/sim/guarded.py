@@ -20,6 +20,7 @@ the fault's start on the simulated clock; earlier ones are the established versi
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -101,6 +102,7 @@ class GuardController(SimObserver):
         self.incidents: list[JsonDict] = []
         self._index = {t.id: t.index for t in fleet}
         self._waiting: list[tuple[float, int, GuardSample]] = []
+        self._next_evaluation_s = self.interval_s
         self._zero_z = dict.fromkeys(self._index.values(), 0.0)
 
     def initial_mode(self) -> FleetMode:
@@ -143,9 +145,11 @@ class GuardController(SimObserver):
         while waiting and waiting[0][0] <= now_s:
             self.guard.observe(heapq.heappop(waiting)[2])
             self.observed += 1
-        due = (self.evaluations + 1) * self.interval_s
-        if now_s + 1e-9 >= due:
+        if now_s + 1e-9 >= self._next_evaluation_s:
             self.evaluations += 1
+            self._next_evaluation_s = (math.floor(now_s / self.interval_s + 1e-9) + 1) * (
+                self.interval_s
+            )
             events = self.guard.evaluate(now_s)
             if self.act:
                 self._apply_router_inputs(sim)
