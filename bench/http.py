@@ -5,13 +5,18 @@ service (and the emulator) in their own processes.
    p50/p99 measured from each request's *scheduled* send time (no coordinated omission),
    errors, and whether every decision reached the database. Baseline in the same run:
    `GET /healthz` at the same rate (the HTTP stack's own floor).
-2. Gateway overhead: TTFT of a streamed 1-token completion through slaguard minus TTFT
+2. The sustainable rate: `/v1/route` at each `--sweep` rate; the highest one answered at
+   p99 <= `--p99-goal-ms` with no error and no backlog is reported.
+3. Gateway overhead: TTFT of a streamed 1-token completion through slaguard minus TTFT
    straight to the emulator, alternating, `--gateway-requests` each.
 
-The machine has 2 cores: the service, the emulator and this load generator share them,
-so the figures include that contention. Usage: `python bench/http.py [--json]`.
+Every phase also reports the service process's CPU per request (user + system time from
+/proc, its idle rate measured first and subtracted), which does not depend on how busy
+the rest of the machine is. The machine has 2 cores: the service, the emulator and this
+load generator (on uvloop, to take less of them) share them with whatever else runs,
+so latencies include that contention; the load average is printed with the results.
+Usage: `python bench/http.py [--json]`.
 """
-
 
 from __future__ import annotations
 
@@ -31,13 +36,17 @@ import sqlite3
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import httpx
 import numpy as np
+import uvloop
 import yaml
 
 from slaguard.service.local import free_port
 
+_R = TypeVar("_R")
 ROUTE_BODY = b'{"model":"llama3.1-8b","prompt_tokens":900,"max_new_tokens":128,"priority":"normal"}'
 
 
@@ -60,6 +69,32 @@ def wait_ok(url: str, timeout_s: float = 30.0) -> None:
             pass
         time.sleep(0.1)
     raise RuntimeError(f"{url} not ready")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """The service's CPU per request in one phase, net of its idle rate (loops, scraper)."""
+
+    def __init__(self, pid: int, idle_s: float = 2.0) -> None:
+        self.pid = pid
+        start, t0 = cpu_s(pid), time.monotonic()
+        time.sleep(idle_s)
+        self.idle_rate = (cpu_s(pid) - start) / (time.monotonic() - t0)
+
+    def per_request_us(self, cpu_before: float, wall_s: float, requests: int) -> float:
+        used = cpu_s(self.pid) - cpu_before - self.idle_rate * wall_s
+        return round(max(used, 0.0) / max(requests, 1) * 1e6, 1)
+
+    def measure(self, requests: int, run: Callable[[], _R]) -> tuple[_R, float]:
+        """Run one phase; its result and the service CPU (us) per request."""
+        before, t0 = cpu_s(self.pid), time.monotonic()
+        result = run()
+        return result, self.per_request_us(before, time.monotonic() - t0, requests)
 
 
 async def _conn_worker(
@@ -141,8 +176,11 @@ async def gateway_overhead(direct: str, via: str, n: int) -> dict[str, float]:
             d.append(await ttft(c, direct))
             g.append(await ttft(c, via))
     da, ga = np.array(d) * 1e3, np.array(g) * 1e3
+    paired = ga - da
     return {
         "requests": n,
+        "paired_overhead_p50_ms": round(float(np.percentile(paired, 50)), 3),
+        "paired_overhead_p99_ms": round(float(np.percentile(paired, 99)), 3),
         "direct_p50_ms": round(float(np.percentile(da, 50)), 3),
         "direct_p99_ms": round(float(np.percentile(da, 99)), 3),
         "gateway_p50_ms": round(float(np.percentile(ga, 50)), 3),
@@ -152,14 +190,60 @@ async def gateway_overhead(direct: str, via: str, n: int) -> dict[str, float]:
     }
 
 
+def stored_decisions(db: Path, expected: int, timeout_s: float = 30.0) -> int:
+    """Decisions in the audit DB once the writer caught up with `expected` (or timed out)."""
+    deadline = time.monotonic() + timeout_s
+    stored = 0
+    while time.monotonic() < deadline:
+        with sqlite3.connect(db) as conn:
+            stored = conn.execute("select count(*) from decisions").fetchone()[0]
+        if stored >= expected:
+            break
+        time.sleep(0.2)
+    return int(stored)
+
+
+def sweep(svc: str, meter: CpuMeter, args: argparse.Namespace) -> dict[str, object]:
+    """`/v1/route` at each rate; the highest one held at the p99 goal with no error."""
+    steps = []
+    best = None
+    for rate in sorted(float(r) for r in args.sweep.split(",") if r):
+        r, cpu = meter.measure(
+            int(rate * args.sweep_seconds),
+            lambda rate=rate: uvloop.run(open_loop(svc, "POST", "/v1/route", ROUTE_BODY, rate,
+                                                   args.sweep_seconds, args.connections)),
+        )  # fmt: skip
+        r = {"offered_rps": rate, **r, "service_cpu_us": cpu}
+        steps.append(r)
+        held = r["errors"] == 0 and r["achieved_rps"] >= 0.98 * rate
+        if held and r["p99_ms"] <= args.p99_goal_ms:
+            best = rate
+        time.sleep(1.0)  # let the writer and any queue drain before the next step
+    return {"p99_goal_ms": args.p99_goal_ms, "max_rate_at_goal": best, "steps": steps}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", type=float, default=2000.0)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--connections", type=int, default=64)
-    ap.add_argument("--gateway-requests", type=int, default=300)
+    ap.add_argument(
+        "--sweep",
+        default="250,500,750,1000,1250,1500",
+        help="comma-separated rates for the sustainable-rate search ('' skips)",
+    )
+    ap.add_argument("--sweep-seconds", type=float, default=5.0)
+    ap.add_argument("--p99-goal-ms", type=float, default=5.0)
+    ap.add_argument("--gateway-requests", type=int, default=500)
+    ap.add_argument(
+        "--emulator-speedup",
+        type=float,
+        default=1.0,
+        help="faster emulated steps make the backend's own TTFT spread smaller "
+        "than the gateway's overhead being measured",
+    )
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args()  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix="slaguard-bench-http-"))
     emu_port, port = free_port(), free_port()
     emu = f"http://127.0.0.1:{emu_port}"
@@ -171,49 +255,86 @@ def main() -> None:
     cfg = {"fleet": str(tmp / "fleet.yaml"), "db": str(tmp / "audit.db"), "port": port,
            "log_level": "warning", "telemetry": {"scrape": True, "stale_after_s": 300}}  # fmt: skip
     (tmp / "serve.yaml").write_text(yaml.safe_dump(cfg))
+    emulate_args = ["emulate", "--card", "h100", "--port", str(emu_port)]
+    emulate_args += ["--speedup", str(args.emulator_speedup)]
     procs = [
-        spawn(["emulate", "--card", "h100", "--port", str(emu_port)], tmp / "emu.log"),
+        spawn(emulate_args, tmp / "emu.log"),
         spawn(["serve", "--config", str(tmp / "serve.yaml")], tmp / "serve.log"),
     ]
     svc = f"http://127.0.0.1:{port}"
+    load_before = os.getloadavg()
     try:
         wait_ok(f"{emu}/health")
         wait_ok(f"{svc}/readyz")
         for t in ["h100-8b", *(f"l40s-8b-{i}" for i in range(6))]:
             httpx.post(f"{svc}/v1/telemetry", json={"target": t, "queue_depth": 0})
-        run = asyncio.run
-        base = run(
-            open_loop(svc, "GET", "/healthz", b"", args.rate, args.seconds, args.connections)
+        meter = CpuMeter(procs[1].pid)
+        n = int(args.rate * args.seconds)
+
+        def at_rate(method: str, path: str, body: bytes) -> dict[str, float]:
+            return uvloop.run(open_loop(svc, method, path, body, args.rate, args.seconds,
+                                        args.connections))  # fmt: skip
+
+        base, base_cpu = meter.measure(n, lambda: at_rate("GET", "/healthz", b""))
+        route, route_cpu = meter.measure(n, lambda: at_rate("POST", "/v1/route", ROUTE_BODY))
+        base["service_cpu_us"], route["service_cpu_us"] = base_cpu, route_cpu
+        route["decisions_in_db"] = stored_decisions(
+            tmp / "audit.db", route["requests"] - route["errors"]
         )
-        route = run(open_loop(svc, "POST", "/v1/route", ROUTE_BODY, args.rate, args.seconds,
-                              args.connections))  # fmt: skip
-        deadline = time.monotonic() + 30
-        stored = 0
-        while time.monotonic() < deadline:
-            with sqlite3.connect(tmp / "audit.db") as db:
-                stored = db.execute("select count(*) from decisions").fetchone()[0]
-            if stored >= route["requests"] - route["errors"]:
-                break
-            time.sleep(0.2)
-        route["decisions_in_db"] = stored
-        gw = run(gateway_overhead(emu, svc, args.gateway_requests))
+        found = sweep(svc, meter, args) if args.sweep else None
+        gw, gw_cpu = meter.measure(
+            2 * args.gateway_requests + 20,
+            lambda: uvloop.run(gateway_overhead(emu, svc, args.gateway_requests)),
+        )
+        gw["service_cpu_us"] = gw_cpu
+        idle = round(meter.idle_rate * 100, 2)
     finally:
         for p in procs:
             p.terminate()
             p.wait(15)
-    result = {"healthz_baseline": base, "route": route, "gateway": gw, "cores": os.cpu_count()}
+    result = {
+        "healthz_baseline": base, "route": route, "sweep": found, "gateway": gw,
+        "service_idle_cpu_pct": idle, "cores": os.cpu_count(),
+        "emulator_speedup": args.emulator_speedup,
+        "load_average": {"before": load_before, "after": os.getloadavg()},
+    }  # fmt: skip
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{'endpoint':<22}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}")
+    report(result)
+
+
+def report(result: dict[str, Any]) -> None:
+    """The human-readable tables."""
+    base, route, found, gw = (result[k] for k in ("healthz_baseline", "route", "sweep", "gateway"))
+    print(f"{'endpoint':<22}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}"
+          f"{'CPU us/req':>12}")  # fmt: skip
     for name, r in (("GET /healthz (floor)", base), ("POST /v1/route", route)):
         print(f"{name:<22}{r['achieved_rps']:>9}{r['p50_ms']:>9}{r['p99_ms']:>9}"
-              f"{r['max_ms']:>9}{r['errors']:>8}")  # fmt: skip
+              f"{r['max_ms']:>9}{r['errors']:>8}{r['service_cpu_us']:>12}")  # fmt: skip
     print(f"decisions in the audit DB: {route['decisions_in_db']} of {route['requests']}")
-    print(f"\nTTFT, 1-token stream, {gw['requests']} each   p50 ms   p99 ms")
+    if found:
+        print(f"\n/v1/route sweep (goal p99 <= {found['p99_goal_ms']} ms)")
+        for r in found["steps"]:
+            print(
+                f"  {r['offered_rps']:>7.0f}/s -> {r['achieved_rps']:>7}/s  p50 {r['p50_ms']:>9}"
+                f"  p99 {r['p99_ms']:>9}  errors {r['errors']}  CPU {r['service_cpu_us']} us/req"
+            )
+        print(f"  highest rate at the goal: {found['max_rate_at_goal']}")
+    print(f"\nTTFT, 1-token stream, {gw['requests']} each, emulator speedup "
+          f"{result['emulator_speedup']}   p50 ms   p99 ms")  # fmt: skip
     print(f"  direct to emulator            {gw['direct_p50_ms']:>8}{gw['direct_p99_ms']:>9}")
     print(f"  through slaguard              {gw['gateway_p50_ms']:>8}{gw['gateway_p99_ms']:>9}")
     print(f"  overhead                      {gw['overhead_p50_ms']:>8}{gw['overhead_p99_ms']:>9}")
+    print(f"  overhead, paired requests     {gw['paired_overhead_p50_ms']:>8}"
+          f"{gw['paired_overhead_p99_ms']:>9}")  # fmt: skip
+    print(f"  service CPU per gateway request (incl. its direct twin's idle time): "
+          f"{gw['service_cpu_us']} us")  # fmt: skip
+    load = result["load_average"]
+    print(
+        f"\nservice idle CPU {result['service_idle_cpu_pct']} %; {result['cores']} cores; "
+        f"load average before {load['before'][0]:.2f}, after {load['after'][0]:.2f}"
+    )
 
 
 if __name__ == "__main__":

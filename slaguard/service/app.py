@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
@@ -29,6 +30,19 @@ from slaguard.service.runtime import FieldError, ServiceRuntime
 from slaguard.service.telemetry_scraper import MetricsScraper
 
 log = logging.getLogger(__name__)
+
+
+def tune_for_latency() -> None:
+    """Process settings for an event loop that answers in milliseconds (called at start).
+
+    Everything built so far (modules, fleet, routes: ~175k objects) lives as long as the
+    process: frozen out of the collector's view, a full collection takes ~0 ms instead of
+    ~150 ms on the 2-core box. The audit writer thread runs Python between its database
+    calls; with a 1 ms GIL switch interval (default 5 ms) the event loop waits for it at
+    most about that long: the longest main-thread stall while it wrote 2,000-row batches
+    went from 9-20 ms to 7-9 ms."""
+    gc.freeze()
+    sys.setswitchinterval(0.001)
 
 
 def gateway_client(runtime: ServiceRuntime) -> aiohttp.ClientSession:
@@ -80,10 +94,7 @@ def create_app(
                 )
                 app.state.scraper = scraper
                 scrape_task = asyncio.create_task(scraper.run(tcfg.scrape_interval_s))
-        # Everything built so far (modules, fleet, routes: ~175k objects) lives as long as
-        # the process: out of the collector's view, a full collection takes ~0 ms instead
-        # of ~150 ms on the 2-core box.
-        gc.freeze()
+        tune_for_latency()
         try:
             yield
         finally:
