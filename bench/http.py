@@ -131,7 +131,7 @@ async def open_loop(url: str, method: str, path: str, body: bytes, rate: float, 
         )
         for _ in range(connections)
     ]
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     n = int(rate * seconds)
     for i in range(n):
         at = start + i / rate
@@ -151,6 +151,7 @@ async def open_loop(url: str, method: str, path: str, body: bytes, rate: float, 
         "p99_ms": round(float(np.percentile(arr, 99)), 3),
         "max_ms": round(float(arr.max()), 3),
         "errors": len(errors) + (n - len(latencies)),
+        "loadgen_cpu_us": round((time.process_time() - cpu_start) / max(n, 1) * 1e6, 1),
     }
 
 
