@@ -20,8 +20,8 @@ from slaguard.fleet import Priority
 from slaguard.service.app import create_app
 from slaguard.service.bootstrap import Service, build_service
 from slaguard.service.config import load_config
-from slaguard.service.gateway import StreamMeter
 from slaguard.service.local import ServerThread
+from slaguard.service.sse_meter import StreamMeter
 from slaguard.service.telemetry_scraper import ScrapeError, parse_vllm_metrics
 
 FLEET = {

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import msgspec
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -36,6 +35,7 @@ from slaguard.fleet import Target
 from slaguard.service.hotpath import DirectRoute, error_response, invalid, json_body
 from slaguard.service.runtime import FieldError, Pending, Routed, ServiceRuntime
 from slaguard.service.schemas import ID_PATTERN, MAX_TOKENS, ErrorResponse
+from slaguard.service.sse_meter import StreamMeter
 from slaguard.service.views import runtime_of
 
 router = APIRouter(route_class=DirectRoute)
@@ -86,62 +86,6 @@ class Upstream:
     response: aiohttp.ClientResponse
     first: bytes
     rest: AsyncIterator[bytes]
-
-
-class _Delta(msgspec.Struct):
-    content: Any = None
-
-
-class _Choice(msgspec.Struct):
-    delta: _Delta | None = None
-    text: Any = None
-
-
-class _Event(msgspec.Struct):
-    """The fields of an OpenAI stream event the meter reads (the rest is skipped)."""
-
-    choices: list[_Choice] | None = None
-    usage: dict[str, Any] | None = None
-
-
-_decode_event = msgspec.json.Decoder(_Event).decode
-
-
-@dataclass(slots=True)
-class StreamMeter:
-    """Watches the SSE bytes going by: first token time, token count, backend usage."""
-
-    started: float
-    first_token_at: float | None = None
-    events: int = 0
-    usage: dict[str, Any] | None = None
-    _tail: bytes = b""
-
-    def feed(self, chunk: bytes) -> None:
-        data = self._tail + chunk
-        lines = data.split(b"\n")
-        self._tail = lines.pop()
-        for line in lines:
-            if not line.startswith(b"data:") or line.strip() == b"data: [DONE]":
-                continue
-            try:
-                event = _decode_event(line[5:])
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            if event.usage:
-                self.usage = event.usage
-            if _has_token(event):
-                self.events += 1
-                if self.first_token_at is None:
-                    self.first_token_at = time.perf_counter()
-
-
-def _has_token(event: _Event) -> bool:
-    for choice in event.choices or ():
-        text = choice.text if choice.delta is None else choice.delta.content
-        if text:
-            return True
-    return False
 
 
 def _prompt_text(body: ChatCompletionRequest | CompletionRequest) -> str:
