@@ -1,0 +1,403 @@
+"""Guard efficacy on the shared real traces (issue 5): false trips on clean hours, detection
+delay per fault, SLA violation during each fault against round-robin and the unguarded
+learned policy, and the in-process guard against a PromQL z-score alert rule computed on
+the same simulated TTFT series. Results and their reading: docs/guard-efficacy.md.
+
+Rates: the Azure conversation hour at `--scale` (default 8, where round-robin violates the
+SLA for 5-20 % of requests, the band of bench/quality.py); the Mooncake hour at
+`--mooncake-scale` (default 1: round-robin violates ~59 % at every scale, its prompts are
+long against the deadlines, so no scale is in the band). Faults start at trace second
+2,000 (simulated 250 s at x8), after the guard has seen ~10,000 requests.
+
+Three runs per case: round-robin, learned (with the guard in shadow: it judges the fleet
+but never acts) and guarded (`--start learned`: the fleet starts on the learned policy,
+"day 5" of the cold-start plan; `--start plan`: the rollout plan from round-robin).
+Detection delay is the guarded run's first breaker trip minus the fault start; the shadow
+delay is when the shadow guard's breaker would have tripped on a verdict naming the fault
+(its first such verdict held for `trip_after` evaluations), on the unguarded series.
+
+    .venv/bin/python bench/guard_efficacy.py [--scale 8] [--start learned|plan] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from guard_promql import promql_zscore_firings
+
+from slaguard.fleet import Fleet, load_fleet
+from slaguard.guard.config import BreakerConfig, GuardConfig
+from slaguard.guard.guard import Guard
+from slaguard.guard.modes import ModeState
+from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, RolloutPlan
+from slaguard.sim.engine import SimOptions, Simulation
+from slaguard.sim.faults import FaultSchedule, apply_arrival_faults, parse_faults
+from slaguard.sim.guarded import GuardController, releases_from
+from slaguard.sim.observers import FixedPolicy, SimObserver
+from slaguard.sim.paths import default_trace_path, mooncake_trace_path
+from slaguard.sim.results import Results
+from slaguard.sim.traces import load_trace
+from slaguard.sim.workload import assign_workload
+
+POLICIES = ("round-robin", "learned", "guarded")
+RR_RATIO_GOAL = 1.05
+PROMQL_RATIO_GOAL = 10.0
+PROMQL_RULES = (("p99", 3.0), ("mean", 3.0))
+"""(statistic, z threshold): `(x - avg(x)) / stddev(x) > 3` per target, for: 1m."""
+RR_BAND = (0.05, 0.20)
+TRIP_AFTER = GuardConfig().breaker.trip_after
+SHADOW = GuardConfig(breaker=BreakerConfig(trip_after=10**9))
+"""The shadow's breaker never trips: its mode stays the fleet's (learned), and when it
+would have tripped is read from its verdicts (held for `TRIP_AFTER` evaluations)."""
+
+
+@dataclass(frozen=True)
+class FaultCase:
+    """A scenario entry (YAML flow mapping), its delay goal, the verdict subjects that name
+    it (prefixes: a verdict about anything else is not a detection of this fault) and the
+    targets a PromQL alert must name."""
+
+    entry: str
+    goal_s: float | None
+    subjects: tuple[str, ...]
+    promql_targets: str = ""
+    """Substring of the target ids a PromQL alert must name to detect the fault."""
+    demotes: bool = False
+    """The guard's answer is a demotion (one target), not a trip."""
+
+
+FAULTS = {
+    "jitter": FaultCase(
+        "{kind: jitter, target: l40s, start_s: 2000, end_s: 3000, factor: 3.0}",
+        30.0,
+        ("card:l40s", "fleet"),
+        "l40s-",
+    ),
+    "jitter_one": FaultCase(
+        "{kind: jitter, target: l40s-8b-0, start_s: 2000, end_s: 3000, factor: 3.0}",
+        None,
+        ("target:l40s-8b-0",),
+        "l40s-8b-0",
+        demotes=True,
+    ),
+    "hot_prompt": FaultCase(
+        "{kind: hot_prompt, start_s: 2000, end_s: 2400, share: 0.3, prompt_tokens: 6000}",
+        15.0,
+        ("prefix:",),
+    ),
+    "new_model": FaultCase(
+        "{kind: new_model, model: llama3.1-70b, start_s: 2000, latency_factor: 1.8}",
+        60.0,
+        ("model:llama3.1-70b",),
+        "-70b",
+    ),
+}
+
+
+@dataclass
+class Run:
+    """One simulation and the guard that drove it (guarded) or watched it (learned)."""
+
+    results: Results
+    wall_s: float
+    guard: GuardController | None = None
+
+
+def schedule_of(fleet: Fleet, entry: str | None) -> FaultSchedule:
+    """One scenario entry as the CLI would load it (same parser, same checks)."""
+    return parse_faults(f"faults:\n  - {entry}\n", "bench", fleet) if entry else FaultSchedule()
+
+
+def simulate(
+    fleet: Fleet, path: Path, entry: str | None, policy: str, scale: float, args: Any
+) -> Run:
+    schedule = schedule_of(fleet, entry)
+    workload = assign_workload(apply_arrival_faults(load_trace(path), schedule, args.seed), fleet)
+    plan = RolloutPlan(baseline_s=args.baseline_s, stage_s=args.stage_s)
+    learned_now = ModeState(LEARNED, reason="learned policy in production", auto_advance=False)
+    releases = releases_from(schedule, scale)
+    guard: GuardController | None = None
+    observers: list[SimObserver] = []
+    controller: SimObserver
+    if policy == "guarded":
+        state = learned_now if args.start == "learned" else None
+        guard = GuardController(Guard(GuardConfig(), plan, state), fleet, releases)
+        controller = guard
+    else:
+        controller = FixedPolicy(ROUND_ROBIN if policy == "round-robin" else LEARNED)
+        if policy == "learned":
+            guard = GuardController(Guard(SHADOW, plan, learned_now), fleet, releases, act=False)
+            observers.append(guard)
+    t0 = time.perf_counter()
+    options = SimOptions(rate_scale=scale)
+    results = Simulation(fleet, workload, controller, schedule, options, observers=observers).run()
+    return Run(results, time.perf_counter() - t0, guard)
+
+
+def violation(results: Results, start_s: float = 0.0, end_s: float = math.inf) -> float | None:
+    """SLA violation rate of the requests arriving (simulated seconds) in [start, end)."""
+    mask = (results.arrival_s >= start_s) & (results.arrival_s < end_s)
+    return float(1.0 - results.sla_met[mask].mean()) if mask.any() else None
+
+
+def would_trip_s(
+    guard: GuardController, start_s: float = 0.0, subjects: tuple[str, ...] = ("",)
+) -> list[float]:
+    """When a breaker would have tripped on the shadow's verdicts: each verdict (whose
+    subject starts with one of `subjects`) raised at or after `start_s` and held for
+    `TRIP_AFTER` evaluations, at its `TRIP_AFTER`-th evaluation."""
+    need_s = TRIP_AFTER * guard.interval_s
+    raised: dict[tuple[str, str], float] = {}
+    held: list[float] = []
+    for v in guard.trip_verdicts:
+        key = (v["detector"], v["subject"])
+        if v["phase"] == "raised":
+            if v["at_s"] >= start_s and key[1].startswith(subjects):
+                raised[key] = v["at_s"]
+        elif key in raised:
+            at = raised.pop(key)
+            if v["at_s"] - at >= need_s:
+                held.append(at)
+    held += list(raised.values())
+    return sorted(at + (TRIP_AFTER - 1) * guard.interval_s for at in held)
+
+
+def first_demotion_s(
+    guard: GuardController, start_s: float, end_s: float, subjects: tuple[str, ...]
+) -> float | None:
+    """Seconds from `start_s` to the first demotion of a target named by `subjects`."""
+    return next(
+        (
+            d["at_s"] - start_s
+            for d in guard.demotions
+            if d["action"] == "demote"
+            and start_s <= d["at_s"] <= end_s
+            and d["subject"].startswith(subjects)
+        ),
+        None,
+    )
+
+
+def promql_summary(
+    results: Results,
+    fleet: Fleet,
+    start_s: float = math.inf,
+    end_s: float = math.inf,
+    targets: str = "",
+) -> dict[str, Any]:
+    """Each rule's firings before `start_s`, and its first firing in [start, end] on a
+    target whose id contains `targets` (an alert on another target detects nothing)."""
+    out: dict[str, Any] = {}
+    for stat, z in PROMQL_RULES:
+        fires = promql_zscore_firings(results, len(fleet), stat, z)
+        first = next(
+            (t for t, i in fires if start_s <= t <= end_s and targets in fleet.targets[i].id),
+            None,
+        )
+        out[f"{stat}>{z:g}"] = {
+            "firings_before": len([t for t, _ in fires if t < start_s]),
+            "first_in_window_s": first,
+            "delay_s": None if first is None else first - start_s,
+        }
+    return out
+
+
+def clean_row(fleet: Fleet, name: str, path: Path, scale: float, args: Any) -> dict[str, Any]:
+    runs = {p: simulate(fleet, path, None, p, scale, args) for p in POLICIES}
+    guarded, shadow = runs["guarded"].guard, runs["learned"].guard
+    assert guarded is not None and shadow is not None
+    promql = promql_summary(runs["learned"].results, fleet)
+    return {
+        "trace": name,
+        "scale": scale,
+        "violation": {p: violation(r.results) for p, r in runs.items()},
+        "trips": guarded.trips,
+        "shadow_would_trip_s": would_trip_s(shadow),
+        "demotions": len([d for d in guarded.demotions if d["action"] == "demote"]),
+        "promql_firings": {k: v["firings_before"] for k, v in promql.items()},
+        "wall_s": {p: round(r.wall_s, 1) for p, r in runs.items()},
+    }
+
+
+def fault_row(fleet: Fleet, name: str, scale: float, args: Any) -> dict[str, Any]:
+    case = FAULTS[name]
+    runs = {p: simulate(fleet, default_trace_path(), case.entry, p, scale, args) for p in POLICIES}
+    guarded, shadow = runs["guarded"].guard, runs["learned"].guard
+    assert guarded is not None and shadow is not None
+    fault = schedule_of(fleet, case.entry).faults[0]
+    start = fault.start_s / scale
+    end = min(fault.end_s / scale, float(np.nanmax(runs["guarded"].results.arrival_s)) + 1e-9)
+    before = [t for t in guarded.trips if t["at_s"] < start]
+    after = [t for t in guarded.trips if t["at_s"] >= start]
+    if case.demotes:
+        delay = first_demotion_s(guarded, start, end, case.subjects)
+        shadow_delay = first_demotion_s(shadow, start, end, case.subjects)
+    else:
+        delay = after[0]["at_s"] - start if after and not before else None
+        would = [t - start for t in would_trip_s(shadow, start, case.subjects) if t <= end]
+        shadow_delay = would[0] if would else None
+    goal = case.goal_s
+    window = {p: violation(r.results, start, end) for p, r in runs.items()}
+    rr, learned, g = window["round-robin"], window["learned"], window["guarded"]
+    return {
+        "fault": name,
+        "entry": case.entry,
+        "window_s": [start, end],
+        "goal_delay_s": case.goal_s,
+        "trips_before_fault": before,
+        "first_trip": after[0] if after else None,
+        "delay_s": delay,
+        "shadow_delay_s": shadow_delay,
+        "meets_delay": None if goal is None else delay is not None and delay <= goal,
+        "shadow_meets_delay": None
+        if goal is None
+        else shadow_delay is not None and shadow_delay <= goal,
+        "violation_in_window": window,
+        "meets_rr": None if rr is None or g is None else g <= rr * RR_RATIO_GOAL,
+        "meets_learned": None if learned is None or g is None else g < learned,
+        "promql_on_learned": promql_summary(
+            runs["learned"].results, fleet, start, end, case.promql_targets
+        ),
+        "mode_timeline": [
+            (at, m.label, why) for at, m, why in runs["guarded"].results.mode_timeline
+        ],
+        "wall_s": {p: round(r.wall_s, 1) for p, r in runs.items()},
+    }
+
+
+def promql_comparison(row: dict[str, Any]) -> dict[str, Any]:
+    """The PromQL rules' delay on the learned run's series against the shadow guard's on
+    the same series: the ratio uses the rule that fires first."""
+    rules = {k: v["delay_s"] for k, v in row["promql_on_learned"].items()}
+    fired = [d for d in rules.values() if d is not None]
+    guard_delay = row["shadow_delay_s"]
+    ratio = min(fired) / max(guard_delay, 1e-9) if guard_delay is not None and fired else None
+    return {
+        "fault": row["fault"],
+        "guard_delay_s": guard_delay,
+        "promql_delay_s": rules,
+        "ratio": ratio,
+        "rule_never_fires": not fired,
+        "meets": guard_delay is not None and (not fired or (ratio or 0.0) >= PROMQL_RATIO_GOAL),
+    }
+
+
+def run(args: Any) -> dict[str, Any]:
+    fleet = load_fleet()
+    traces = {
+        "azure-conv": (default_trace_path(), args.scale),
+        "mooncake-conv": (mooncake_trace_path(), args.mooncake_scale),
+    }
+    clean = [clean_row(fleet, name, *traces[name], args) for name in args.clean]
+    faults = [fault_row(fleet, name, args.scale, args) for name in args.faults]
+    compared = [promql_comparison(f) for f in faults if f["fault"].startswith("jitter")]
+    return {
+        "bench": "guard_efficacy",
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{platform.machine()}, {platform.python_implementation()} "
+        f"{platform.python_version()}",
+        "fleet": fleet.name,
+        "start": args.start,
+        "plan": {"baseline_s": args.baseline_s, "stage_s": args.stage_s},
+        "seed": args.seed,
+        "rr_band": list(RR_BAND),
+        "clean": clean,
+        "faults": faults,
+        "promql_comparison": compared,
+    }
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.2f} %"
+
+
+def _s(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f} s"
+
+
+def _yes(v: bool | None) -> str:
+    return "-" if v is None else ("meets" if v else "MISSES")
+
+
+def print_table(r: dict[str, Any]) -> None:
+    print(f"guard efficacy, {r['fleet']} fleet, start={r['start']} ({r['machine']}, {r['date']})")
+    print("\nclean hours (goal: 0 trips); shadow = the guard watching the unguarded learned run")
+    print(
+        f"{'trace':<14} {'scale':>5} {'trips':>5} {'shadow':>6} {'demote':>6} {'RR viol':>9} "
+        f"{'learned':>9} {'guarded':>9}  PromQL firings"
+    )
+    for c in r["clean"]:
+        v = c["violation"]
+        rules = ", ".join(f"{k}: {n}" for k, n in c["promql_firings"].items())
+        shadow = len(c["shadow_would_trip_s"])
+        print(
+            f"{c['trace']:<14} {c['scale']:>5g} {len(c['trips']):>5} {shadow:>6} "
+            f"{c['demotions']:>6} {_pct(v['round-robin']):>9} {_pct(v['learned']):>9} "
+            f"{_pct(v['guarded']):>9}  {rules}"
+        )
+        for t in c["trips"]:
+            print(f"{'':>14} trip at {t['at_s']:.0f} s: {t['summary'][:100]}")
+    print("\nfaults (violation of the requests arriving in the fault window)")
+    print(
+        f"{'fault':<11} {'delay':>6} {'shadow':>6} {'goal':>5} {'RR':>8} {'learned':>8} "
+        f"{'guarded':>8}  <=RRx1.05 <learned  first trip"
+    )
+    for f in r["faults"]:
+        v = f["violation_in_window"]
+        trip = f["first_trip"]
+        what = f"{trip['detector']} {trip['subject'][:24]}" if trip else "no trip"
+        if f["trips_before_fault"]:
+            what += f" ({len(f['trips_before_fault'])} trip(s) before the fault)"
+        print(
+            f"{f['fault']:<11} {_s(f['delay_s']):>6} {_s(f['shadow_delay_s']):>6} "
+            f"{_s(f['goal_delay_s']):>5} {_pct(v['round-robin']):>8} {_pct(v['learned']):>8} "
+            f"{_pct(v['guarded']):>8}  {_yes(f['meets_rr']):>9} {_yes(f['meets_learned']):>8}  "
+            f"{what}"
+        )
+    print(
+        "\nPromQL z-score rule (15 s evaluations, 1m window, for: 1m) against the shadow guard, "
+        "on the same learned series"
+    )
+    for c in r["promql_comparison"]:
+        rules = ", ".join(
+            f"{k}: {'never' if d is None else _s(d)}" for k, d in c["promql_delay_s"].items()
+        )
+        ratio = "the rule never fires" if c["rule_never_fires"] else f"{c['ratio'] or 0:.1f}x"
+        print(
+            f"{c['fault']:<11} {rules}; guard {_s(c['guard_delay_s'])}; {ratio} "
+            f"({_yes(c['meets'])} >= {PROMQL_RATIO_GOAL:g}x)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--scale", type=float, default=8.0, help="Azure hour rate scale")
+    parser.add_argument("--mooncake-scale", type=float, default=1.0)
+    parser.add_argument("--start", choices=("learned", "plan"), default="learned")
+    parser.add_argument("--baseline-s", type=float, default=60.0, help="with --start plan")
+    parser.add_argument("--stage-s", type=float, default=20.0, help="with --start plan")
+    parser.add_argument("--clean", default="azure-conv,mooncake-conv", help="clean hours")
+    parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args()
+    args.clean = [c for c in args.clean.split(",") if c]
+    args.faults = [f for f in args.faults.split(",") if f]
+    result = run(args)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print_table(result)
+
+
+if __name__ == "__main__":
+    main()
