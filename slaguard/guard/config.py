@@ -42,7 +42,7 @@ class TtftZscoreConfig(_Strict):
     tier_min_samples: int = Field(default=20, ge=5)
     tier_min_targets: int = Field(default=2, ge=1)
     tier_z_threshold: float = Field(default=4.5, gt=0)
-    tier_min_ratio: float = Field(default=2.0, gt=1)
+    tier_min_ratio: float = Field(default=1.75, gt=1)
 
     @model_validator(mode="after")
     def _slices_fit(self) -> TtftZscoreConfig:
