@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -126,8 +127,9 @@ class Fleet:
         return tuple(t.card.id for t in self.targets)
 
     @cached_property
-    def static_gb(self) -> tuple[float, ...]:
-        return tuple(t.static_gb for t in self.targets)
+    def static_gb_array(self) -> np.ndarray:
+        """Static reservation (weights + buffers) per target index, GB."""
+        return np.array([t.static_gb for t in self.targets], dtype=np.float64)
 
     def __iter__(self) -> Iterator[Target]:
         return iter(self.targets)
