@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from pydantic import SecretStr
 
 from slaguard.fleet import Priority
 from slaguard.service.app import create_app
@@ -171,6 +172,43 @@ def test_decision_ids_are_unique_within_and_across_runtimes(tmp_path: Path) -> N
             service.close()
     assert len(ids) == 4000
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+
+
+def test_learned_arm_feedback_reaches_the_learner(tmp_path: Path) -> None:
+    """The pending entry keeps the chosen components: feedback of a learned-arm decision
+    feeds the learner (a failure too), a round-robin one does not."""
+    service = _service(tmp_path)
+    token = "t" * 32
+    app = create_app(service.runtime, admin_token=SecretStr(token), readiness=service.readiness)
+    auth = {"Authorization": f"Bearer {token}"}
+    try:
+        with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=10) as c:
+            for t in service.runtime.fleet:
+                c.post("/v1/telemetry", json={"target": t.id, "queue_depth": 0})
+            learner = service.runtime.scheduler.learner
+            rr = c.post("/v1/route", json=ROUTE).json()
+            assert rr["arm"] == "round_robin"
+            c.post("/v1/feedback", json={"decision_id": rr["decision_id"], "ttft_s": 0.1})
+            assert learner.pending == 0
+            r = c.post(
+                "/v1/mode",
+                json={"action": "resume", "reason": "test", "stage_pct": 100},
+                headers=auth,
+            )
+            assert r.status_code == 200, r.text
+            ids = []
+            for _ in range(5):
+                out = c.post("/v1/route", json=ROUTE).json()
+                assert out["arm"] == "learned" and out["target"] is not None, out
+                ids.append(out["decision_id"])
+            for i, decision_id in enumerate(ids):
+                fb = {"decision_id": decision_id, "ttft_s": 0.2}
+                if i == 0:
+                    fb = {"decision_id": decision_id, "status": "failed"}
+                assert c.post("/v1/feedback", json=fb).json()["recorded"] is True
+            assert learner.pending == 5
+    finally:
+        service.close()
 
 
 def _sse(*events: str) -> bytes:
