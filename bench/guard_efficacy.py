@@ -7,14 +7,16 @@ Rates: the Azure conversation hour at `--scale` (default 8, where round-robin vi
 SLA for 5-20 % of requests, the band of bench/quality.py); the Mooncake hour at
 `--mooncake-scale` (default 1: round-robin violates ~59 % at every scale, its prompts are
 long against the deadlines, so no scale is in the band). Faults start at trace second
-2,000 (simulated 250 s at x8), after the guard has seen ~10,000 requests.
+1,000 (simulated 125 s at x8, after ~5,000 requests; `--fault-start` moves them).
 
-Three runs per case: round-robin, learned (with the guard in shadow: it judges the fleet
-but never acts) and guarded (`--start learned`: the fleet starts on the learned policy,
+Three runs per case: round-robin and learned (each with the guard in shadow: it judges
+the fleet but never acts) and guarded (`--start learned`: the fleet starts on the learned policy,
 "day 5" of the cold-start plan; `--start plan`: the rollout plan from round-robin).
-Detection delay is the guarded run's first breaker trip minus the fault start; the shadow
-delay is when the shadow guard's breaker would have tripped on a verdict naming the fault
-(its first such verdict held for `trip_after` evaluations), on the unguarded series.
+Detection delay is the guarded run's first breaker trip minus the fault start, when that
+trip names the fault (a trip about something else, or before the fault, detects nothing);
+the shadow delay is when the shadow guard's breaker would have tripped on a verdict naming
+the fault (its first such verdict held for `trip_after` evaluations), on the unguarded
+series.
 
     .venv/bin/python bench/guard_efficacy.py [--scale 8] [--start learned|plan] [--json]
 """
@@ -54,6 +56,8 @@ PROMQL_RATIO_GOAL = 10.0
 PROMQL_RULES = (("p99", 3.0), ("mean", 3.0))
 """(statistic, z threshold): `(x - avg(x)) / stddev(x) > 3` per target, for: 1m."""
 RR_BAND = (0.05, 0.20)
+FAULT_START_S = 1000.0
+"""Trace seconds; jitters last 1,000 s, the hot prompt 400 s, the new model to the end."""
 TRIP_AFTER = GuardConfig().breaker.trip_after
 SHADOW = GuardConfig(breaker=BreakerConfig(trip_after=10**9))
 """The shadow's breaker never trips: its mode stays the fleet's (learned), and when it
@@ -77,25 +81,26 @@ class FaultCase:
 
 FAULTS = {
     "jitter": FaultCase(
-        "{kind: jitter, target: l40s, start_s: 2000, end_s: 3000, factor: 3.0}",
+        "{{kind: jitter, target: l40s, start_s: {start}, end_s: {end_long}, factor: 3.0}}",
         30.0,
         ("card:l40s", "fleet"),
         "l40s-",
     ),
     "jitter_one": FaultCase(
-        "{kind: jitter, target: l40s-8b-0, start_s: 2000, end_s: 3000, factor: 3.0}",
+        "{{kind: jitter, target: l40s-8b-0, start_s: {start}, end_s: {end_long}, factor: 3.0}}",
         None,
         ("target:l40s-8b-0",),
         "l40s-8b-0",
         demotes=True,
     ),
     "hot_prompt": FaultCase(
-        "{kind: hot_prompt, start_s: 2000, end_s: 2400, share: 0.3, prompt_tokens: 6000}",
+        "{{kind: hot_prompt, start_s: {start}, end_s: {end_short}, share: 0.3, "
+        "prompt_tokens: 6000}}",
         15.0,
         ("prefix:",),
     ),
     "new_model": FaultCase(
-        "{kind: new_model, model: llama3.1-70b, start_s: 2000, latency_factor: 1.8}",
+        "{{kind: new_model, model: llama3.1-70b, start_s: {start}, latency_factor: 1.8}}",
         60.0,
         ("model:llama3.1-70b",),
         "-70b",
@@ -124,6 +129,7 @@ def simulate(
     workload = assign_workload(apply_arrival_faults(load_trace(path), schedule, args.seed), fleet)
     plan = RolloutPlan(baseline_s=args.baseline_s, stage_s=args.stage_s)
     learned_now = ModeState(LEARNED, reason="learned policy in production", auto_advance=False)
+    rr_now = ModeState(ROUND_ROBIN, reason="round-robin", auto_advance=False)
     releases = releases_from(schedule, scale)
     guard: GuardController | None = None
     observers: list[SimObserver] = []
@@ -134,9 +140,9 @@ def simulate(
         controller = guard
     else:
         controller = FixedPolicy(ROUND_ROBIN if policy == "round-robin" else LEARNED)
-        if policy == "learned":
-            guard = GuardController(Guard(SHADOW, plan, learned_now), fleet, releases, act=False)
-            observers.append(guard)
+        now = learned_now if policy == "learned" else rr_now
+        guard = GuardController(Guard(SHADOW, plan, now), fleet, releases, act=False)
+        observers.append(guard)
     t0 = time.perf_counter()
     options = SimOptions(rate_scale=scale)
     results = Simulation(fleet, workload, controller, schedule, options, observers=observers).run()
@@ -230,33 +236,36 @@ def clean_row(fleet: Fleet, name: str, path: Path, scale: float, args: Any) -> d
 
 def fault_row(fleet: Fleet, name: str, scale: float, args: Any) -> dict[str, Any]:
     case = FAULTS[name]
-    runs = {p: simulate(fleet, default_trace_path(), case.entry, p, scale, args) for p in POLICIES}
-    guarded, shadow = runs["guarded"].guard, runs["learned"].guard
-    assert guarded is not None and shadow is not None
-    fault = schedule_of(fleet, case.entry).faults[0]
+    start_s = args.fault_start
+    entry = case.entry.format(start=start_s, end_long=start_s + 1000, end_short=start_s + 400)
+    runs = {p: simulate(fleet, default_trace_path(), entry, p, scale, args) for p in POLICIES}
+    guarded = runs["guarded"].guard
+    assert guarded is not None
+    fault = schedule_of(fleet, entry).faults[0]
     start = fault.start_s / scale
     end = min(fault.end_s / scale, float(np.nanmax(runs["guarded"].results.arrival_s)) + 1e-9)
     before = [t for t in guarded.trips if t["at_s"] < start]
     after = [t for t in guarded.trips if t["at_s"] >= start]
+    first = after[0] if after and not before else None
+    named = first is not None and first["subject"].startswith(case.subjects)
+    delay = first["at_s"] - start if first is not None and named else None
     if case.demotes:
         delay = first_demotion_s(guarded, start, end, case.subjects)
-        shadow_delay = first_demotion_s(shadow, start, end, case.subjects)
-    else:
-        delay = after[0]["at_s"] - start if after and not before else None
-        would = [t - start for t in would_trip_s(shadow, start, case.subjects) if t <= end]
-        shadow_delay = would[0] if would else None
+    shadow = {p: shadow_delay_s(runs[p], case, start, end) for p in ("learned", "round-robin")}
+    shadow_delay = shadow["learned"]
     goal = case.goal_s
     window = {p: violation(r.results, start, end) for p, r in runs.items()}
     rr, learned, g = window["round-robin"], window["learned"], window["guarded"]
     return {
         "fault": name,
-        "entry": case.entry,
+        "entry": entry,
         "window_s": [start, end],
         "goal_delay_s": case.goal_s,
         "trips_before_fault": before,
         "first_trip": after[0] if after else None,
         "delay_s": delay,
         "shadow_delay_s": shadow_delay,
+        "shadow_delay_on_round_robin_s": shadow["round-robin"],
         "meets_delay": None if goal is None else delay is not None and delay <= goal,
         "shadow_meets_delay": None
         if goal is None
@@ -264,9 +273,10 @@ def fault_row(fleet: Fleet, name: str, scale: float, args: Any) -> dict[str, Any
         "violation_in_window": window,
         "meets_rr": None if rr is None or g is None else g <= rr * RR_RATIO_GOAL,
         "meets_learned": None if learned is None or g is None else g < learned,
-        "promql_on_learned": promql_summary(
-            runs["learned"].results, fleet, start, end, case.promql_targets
-        ),
+        "promql": {
+            p: promql_summary(runs[p].results, fleet, start, end, case.promql_targets)
+            for p in ("learned", "round-robin")
+        },
         "mode_timeline": [
             (at, m.label, why) for at, m, why in runs["guarded"].results.mode_timeline
         ],
@@ -274,15 +284,25 @@ def fault_row(fleet: Fleet, name: str, scale: float, args: Any) -> dict[str, Any
     }
 
 
-def promql_comparison(row: dict[str, Any]) -> dict[str, Any]:
-    """The PromQL rules' delay on the learned run's series against the shadow guard's on
+def shadow_delay_s(run: Run, case: FaultCase, start_s: float, end_s: float) -> float | None:
+    """The shadow guard's detection delay on a fixed-policy run (trip or demotion)."""
+    assert run.guard is not None
+    if case.demotes:
+        return first_demotion_s(run.guard, start_s, end_s, case.subjects)
+    would = [t - start_s for t in would_trip_s(run.guard, start_s, case.subjects) if t <= end_s]
+    return would[0] if would else None
+
+
+def promql_comparison(row: dict[str, Any], series: str) -> dict[str, Any]:
+    """The PromQL rules' delay on one fixed policy's series against the shadow guard's on
     the same series: the ratio uses the rule that fires first."""
-    rules = {k: v["delay_s"] for k, v in row["promql_on_learned"].items()}
+    rules = {k: v["delay_s"] for k, v in row["promql"][series].items()}
     fired = [d for d in rules.values() if d is not None]
-    guard_delay = row["shadow_delay_s"]
+    guard_delay = row["shadow_delay_s" if series == "learned" else "shadow_delay_on_round_robin_s"]
     ratio = min(fired) / max(guard_delay, 1e-9) if guard_delay is not None and fired else None
     return {
         "fault": row["fault"],
+        "series": series,
         "guard_delay_s": guard_delay,
         "promql_delay_s": rules,
         "ratio": ratio,
@@ -299,7 +319,12 @@ def run(args: Any) -> dict[str, Any]:
     }
     clean = [clean_row(fleet, name, *traces[name], args) for name in args.clean]
     faults = [fault_row(fleet, name, args.scale, args) for name in args.faults]
-    compared = [promql_comparison(f) for f in faults if f["fault"].startswith("jitter")]
+    compared = [
+        promql_comparison(f, series)
+        for f in faults
+        if f["fault"].startswith("jitter")
+        for series in ("learned", "round-robin")
+    ]
     return {
         "bench": "guard_efficacy",
         "date": datetime.date.today().isoformat(),
@@ -365,7 +390,7 @@ def print_table(r: dict[str, Any]) -> None:
         )
     print(
         "\nPromQL z-score rule (15 s evaluations, 1m window, for: 1m) against the shadow guard, "
-        "on the same learned series"
+        "on the same series"
     )
     for c in r["promql_comparison"]:
         rules = ", ".join(
@@ -373,7 +398,7 @@ def print_table(r: dict[str, Any]) -> None:
         )
         ratio = "the rule never fires" if c["rule_never_fires"] else f"{c['ratio'] or 0:.1f}x"
         print(
-            f"{c['fault']:<11} {rules}; guard {_s(c['guard_delay_s'])}; {ratio} "
+            f"{c['fault']:<11} {c['series']:<12} {rules}; guard {_s(c['guard_delay_s'])}; {ratio} "
             f"({_yes(c['meets'])} >= {PROMQL_RATIO_GOAL:g}x)"
         )
 
@@ -387,6 +412,7 @@ def main() -> None:
     parser.add_argument("--stage-s", type=float, default=20.0, help="with --start plan")
     parser.add_argument("--clean", default="azure-conv,mooncake-conv", help="clean hours")
     parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset")
+    parser.add_argument("--fault-start", type=float, default=FAULT_START_S, help="trace s")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args()

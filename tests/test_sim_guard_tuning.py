@@ -15,7 +15,7 @@ import pytest
 from fakes.drive import run_seconds
 from fakes.synthetic import Workload, flood_stream
 
-from slaguard.guard.config import GuardConfig
+from slaguard.guard.config import GuardConfig, HotSpotConfig
 from slaguard.guard.guard import Guard
 from slaguard.guard.hot_spot import HotSpotDetector
 from slaguard.guard.modes import ModeState
@@ -137,4 +137,5 @@ def test_hot_spot_counts_arrivals_once_a_driver_feeds_them() -> None:
     assert first["completion"] - first["arrival"] == 8
     report = by_arrival.evaluate(419.0)
     assert report.evidence["counts"] == "arrivals"
-    assert report.evidence["effective_samples"] == pytest.approx(5.4 * 10, rel=0.3)
+    tau = HotSpotConfig().decay_tau_s
+    assert report.evidence["effective_samples"] == pytest.approx(5.4 * tau, rel=0.3)

@@ -67,9 +67,9 @@ class HotSpotConfig(_Strict):
     """Space-Saving heavy hitters over full prefix identity with time-decayed counts."""
 
     counters: int = Field(default=64, ge=2)
-    decay_tau_s: float = Field(default=10.0, gt=0)
+    decay_tau_s: float = Field(default=8.0, gt=0)
     trip_share: float = Field(default=0.2, gt=0, le=1)
-    min_effective_samples: float = Field(default=30.0, gt=0)
+    min_effective_samples: float = Field(default=24.0, gt=0)
 
 
 class ColdStartConfig(_Strict):
