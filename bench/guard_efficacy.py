@@ -53,8 +53,9 @@ from slaguard.sim.workload import assign_workload
 POLICIES = ("round-robin", "learned", "guarded")
 RR_RATIO_GOAL = 1.05
 PROMQL_RATIO_GOAL = 10.0
-PROMQL_RULES = (("p99", 3.0), ("mean", 3.0))
-"""(statistic, z threshold): `(x - avg(x)) / stddev(x) > 3` per target, for: 1m."""
+PROMQL_RULES = (("p99", 3.0, False), ("mean", 3.0, False), ("p99", 3.0, True))
+"""(statistic, z threshold, per model): `(x - avg(x)) / stddev(x) > 3` per target, for: 1m;
+avg and stddev over the fleet, or over the targets serving the same model."""
 RR_BAND = (0.05, 0.20)
 FAULT_START_S = 1000.0
 """Trace seconds; jitters last 1,000 s, the hot prompt 400 s, the new model to the end."""
@@ -203,13 +204,16 @@ def promql_summary(
     """Each rule's firings before `start_s`, and its first firing in [start, end] on a
     target whose id contains `targets` (an alert on another target detects nothing)."""
     out: dict[str, Any] = {}
-    for stat, z in PROMQL_RULES:
-        fires = promql_zscore_firings(results, len(fleet), stat, z)
+    models = [t.model.id for t in fleet]
+    for stat, z, by_model in PROMQL_RULES:
+        fires = promql_zscore_firings(
+            results, len(fleet), stat, z, groups=models if by_model else None
+        )
         first = next(
             (t for t, i in fires if start_s <= t <= end_s and targets in fleet.targets[i].id),
             None,
         )
-        out[f"{stat}>{z:g}"] = {
+        out[f"{stat}>{z:g}{' by model' if by_model else ''}"] = {
             "firings_before": len([t for t, _ in fires if t < start_s]),
             "first_in_window_s": first,
             "delay_s": None if first is None else first - start_s,

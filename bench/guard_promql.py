@@ -7,7 +7,8 @@ The rule an SRE would write without slaguard's in-process guard, per target:
     alert: (p99 - on() group_left() avg(p99)) / on() group_left() stddev(p99) > 3
     for: 1m            (evaluation_interval: 15s)
 
-or the same with the 1-minute mean (`rate(_sum[1m]) / rate(_count[1m])`) for the p99.
+or the same with the 1-minute mean (`rate(_sum[1m]) / rate(_count[1m])`) for the p99, or
+with avg and stddev taken per model (`avg by (model)`, matched `on (model)`).
 Used by bench/guard_efficacy.py; tested in tests/test_sim_guard_promql.py.
 """
 
@@ -26,8 +27,12 @@ def promql_zscore_firings(
     eval_s: float = 15.0,
     window_s: float = 60.0,
     for_s: float = 60.0,
+    groups: list[str] | None = None,
 ) -> list[tuple[float, int]]:
     """When `(x - avg(x)) / stddev(x) > threshold` with `for: 1m` fires, per target.
+
+    `groups` (one label per target, e.g. its model) makes avg and stddev run within each
+    group (`avg by (model)` with `on (model) group_left`); None is the whole fleet.
 
     x is each target's TTFT p99 (or mean) over the last `window_s`, from the samples whose
     first token arrived in (t - window_s, t], evaluated every `eval_s` (Prometheus
@@ -52,9 +57,15 @@ def promql_zscore_firings(
             if hi > lo:
                 chunk = v[lo:hi]
                 values[i] = float(np.percentile(chunk, 99) if stat == "p99" else chunk.mean())
-        xs = np.array(list(values.values()))
-        sd = float(xs.std()) if len(xs) > 1 else 0.0
-        true_now = {i for i, x in values.items() if sd > 0 and (x - xs.mean()) / sd > threshold}
+        label = groups or [""] * n_targets
+        true_now: set[int] = set()
+        for group in set(label):
+            members = {i: x for i, x in values.items() if label[i] == group}
+            xs = np.array(list(members.values()))
+            sd = float(xs.std()) if len(xs) > 1 else 0.0
+            true_now |= {
+                i for i, x in members.items() if sd > 0 and (x - xs.mean()) / sd > threshold
+            }
         for i in [i for i in pending if i not in true_now]:
             del pending[i]
         for i in true_now:
