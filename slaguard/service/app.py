@@ -66,8 +66,8 @@ def create_app(
     run_loops: bool = True,
     readiness: Callable[[], Awaitable[None]] | None = None,
 ) -> FastAPI:
-    """The service app. `client` overrides the forwarding/scraping HTTP client (tests pass
-    one with an in-process transport); `run_loops=False` leaves the background jobs off."""
+    """The service app. `client` overrides the forwarding/scraping aiohttp session (the
+    caller then closes it); `run_loops=False` leaves the background jobs off."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
