@@ -79,7 +79,8 @@ def test_3x_jitter_on_one_card_type_trips_within_25_evaluations(seed: int) -> No
     assert trips[0][1] == "card:l40s"
     verdict = next(v for _, r in reports for v in r.verdicts if v.at_s == first)
     assert verdict.evidence["ratio_vs_rest"] >= 1.75 and verdict.evidence["z"] >= 4.5
-    assert verdict.evidence["tier_min_ratio"] == 1.75 and verdict.evidence["tier_z_threshold"] == 4.5
+    assert verdict.evidence["tier_min_ratio"] == 1.75
+    assert verdict.evidence["tier_z_threshold"] == 4.5
 
 
 def test_single_target_persistent_anomaly_demotes_then_restores_without_fleet_trip() -> None:
