@@ -27,7 +27,8 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
 
-from slaguard.audit.records import DecisionRecord, OutcomeRecord, RequestStatus
+from slaguard.audit.from_scheduler import decision_record
+from slaguard.audit.records import OutcomeRecord, RequestStatus
 from slaguard.audit.writer import AuditWriter, SpillFullError
 from slaguard.fleet import Fleet, Priority, Request
 from slaguard.guard.samples import GuardSample
@@ -241,31 +242,20 @@ class ServiceRuntime:
         if self.writer is None:
             return
         d, entry = routed.decision, routed.entry
-        req = d.request
         target = None if entry.target_index is None else self.fleet.targets[entry.target_index]
-        rec = DecisionRecord(
-            request_id=req.request_id,
+        rec = decision_record(
+            d,
             decided_at_s=entry.decided_at_s,
-            model_id=req.model_id,
-            priority=req.priority.value,
-            prompt_tokens=req.prompt_tokens,
-            max_new_tokens=req.max_new_tokens,
-            deadline_s=req.deadline_s,
-            policy_arm=d.arm.value,
             fleet_mode=entry.mode,
-            outcome=d.outcome.value,
-            target_id=None if target is None else target.id,
-            card_type=None if target is None else target.card.id,
-            explanation=d.explanation.to_dict(),
-            weights_version=d.explanation.weights_version,
             config_hash=self.scheduler.config_hash,
-            decision_latency_s=latency_s,
+            latency_s=latency_s,
+            served_by=target,
         )
         try:
             self.writer.enqueue(rec)
         except SpillFullError as exc:
             self.audit_refused += 1
-            log.error("decision %s not audited: %s", req.request_id, exc)
+            log.error("decision %s not audited: %s", d.request_id, exc)
 
     def finish(
         self,
