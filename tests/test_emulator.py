@@ -91,13 +91,13 @@ def test_whole_answer_and_unknown_model(emu: str) -> None:
 def test_continuous_batching_prefills_together_and_reports_load(emu: str) -> None:
     async def run() -> tuple[list[float], float, BackendPicture]:
         async with httpx.AsyncClient(timeout=60) as c:
-            single = await _ttft(c, emu, 400, 2)
+            single = await _ttft_then_drain(c, emu, 400, 2)  # finished before the eight
             # long generations: all eight are still decoding while /metrics is polled,
             # however slowly a loaded machine sends them
             tasks = [asyncio.create_task(_ttft_then_drain(c, emu, 400, 400)) for _ in range(8)]
             deadline = time.monotonic() + 20.0
             picture = parse_vllm_metrics((await c.get(f"{emu}/metrics")).text)
-            while picture.queue_depth < 8 and time.monotonic() < deadline:
+            while picture.running < 8 and time.monotonic() < deadline:
                 picture = parse_vllm_metrics((await c.get(f"{emu}/metrics")).text)
             ttfts = await asyncio.gather(*tasks)
             return ttfts, single, picture
