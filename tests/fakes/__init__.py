@@ -1,1 +1,1 @@
-"""Test doubles made of real components: a fake Slack HTTP server and synthetic workloads."""
+"""Test doubles made of real components: recording HTTP servers and synthetic workloads."""
