@@ -5,7 +5,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.models import units
 
-from slaguard.dashboards.panels import SEL, dashboard, quantile, rate, single_stat, ts
+from slaguard.dashboards.panels import SEL, dashboard, gauge, quantile, rate, single_stat, ts
 
 UID = "slaguard-ops"
 
@@ -13,145 +13,114 @@ _RUNS = "slaguard_scheduler_job_runs_total"
 _OVERRUNS = "slaguard_scheduler_job_overruns_total"
 
 
-def _max(metric: str) -> str:
-    return f"max by (instance) ({metric}{{{SEL}}})"
-
-
 def build() -> db.Dashboard:
     """Is slaguard itself healthy: scraped, auditing, looping on time, notifying?"""
-    return (
-        dashboard(
-            UID,
-            "slaguard / Audit and loops",
-            "Scrape health, the audit writer (backlog, spill, rows, errors), scheduler "
-            "jobs (runs, overruns, failures, durations) and Slack delivery.",
-        )
-        .with_row(db.Row("Instances"))
-        .with_panel(
-            single_stat(
-                "Instances up",
-                "slaguard instances Prometheus scrapes successfully.",
-                units.Short,
-                [(f"sum(up{{{SEL}}})", "up")],
-                span=12,
-            )
-        )
-        .with_panel(
-            single_stat(
-                "Versions running",
-                "Instances per slaguard version.",
-                units.Short,
-                [(f"count by (version) (slaguard_build_info{{{SEL}}})", "{{version}}")],
-                span=12,
-            )
-        )
-        .with_row(db.Row("Audit writer"))
-        .with_panel(
-            ts(
-                "Audit queue depth",
-                "Records not yet confirmed in the database. Dashed line: the 10,000 alert.",
-                units.Short,
-                [(_max("slaguard_audit_queue_depth"), "{{instance}}")],
-                thresholds=[(10000, "red")],
-            )
-        )
-        .with_panel(
-            ts(
-                "Audit spill",
-                "Bytes in the spill journal not yet confirmed in the database.",
-                units.BytesIEC,
-                [(_max("slaguard_audit_spill_bytes"), "{{instance}}")],
-            )
-        )
-        .with_panel(
-            ts(
-                "Audit rows written/s vs decisions/s",
-                "Rows committed per second should track decisions per second.",
-                units.RowsPerSecond,
-                [
-                    (rate("slaguard_audit_rows_written_total", "instance"), "written {{instance}}"),
-                    (rate("slaguard_decisions_total", "instance"), "decisions {{instance}}"),
-                ],
-            )
-        )
-        .with_panel(
-            ts(
-                "Audit write errors and refusals/s",
-                "Failed batch write attempts (retried), and records refused because the "
-                "spill journal was full (lost: never audited).",
-                units.OpsPerSecond,
-                [
-                    (rate("slaguard_audit_write_errors_total", "instance"), "errors {{instance}}"),
-                    (
-                        rate("slaguard_audit_records_refused_total", "instance"),
-                        "refused {{instance}}",
-                    ),
-                ],
-            )
-        )
-        .with_row(db.Row("Scheduler jobs"))
-        .with_panel(
-            ts(
-                "Job runs/s",
-                "Runs started per second per job (100 ms loops: about 10/s).",
-                units.OpsPerSecond,
-                [(rate(_RUNS, "scheduler_job"), "{{scheduler_job}}")],
-            )
-        )
-        .with_panel(
-            ts(
-                "Job overrun ratio",
-                "Share of runs skipped because the previous run was still going. Dashed "
-                "line: 10 %, the overrun alert.",
-                units.PercentUnit,
-                [
-                    (
-                        f"{rate(_OVERRUNS, 'scheduler_job')} / ({rate(_RUNS, 'scheduler_job')} + "
-                        f"{rate(_OVERRUNS, 'scheduler_job')})",
-                        "{{scheduler_job}}",
-                    )
-                ],
-                thresholds=[(0.1, "red")],
-            )
-        )
-        .with_panel(
-            ts(
-                "Job failures/s",
-                "Runs that raised, per job.",
-                units.OpsPerSecond,
-                [
-                    (
-                        rate("slaguard_scheduler_job_failures_total", "scheduler_job"),
-                        "{{scheduler_job}}",
-                    )
-                ],
-            )
-        )
-        .with_panel(
-            ts(
-                "Job duration p99",
-                "99th percentile run time per job. Dashed line: the 100 ms loop period.",
-                units.Seconds,
-                [
-                    (
-                        quantile(0.99, "slaguard_scheduler_job_duration_seconds", "scheduler_job"),
-                        "{{scheduler_job}}",
-                    )
-                ],
-                thresholds=[(0.1, "red")],
-            )
-        )
-        .with_row(db.Row("Slack"))
-        .with_panel(
-            ts(
-                "Slack messages/s",
-                "Messages delivered, and messages given up on after retries by reason.",
-                units.MessagesPerSecond,
-                [
-                    (rate("slaguard_slack_deliveries_total", ""), "delivered"),
-                    (rate("slaguard_slack_delivery_failures_total", "reason"), "lost {{reason}}"),
-                ],
-                span=24,
-            )
-        )
+    instances = [
+        single_stat(
+            "Instances up",
+            "slaguard instances Prometheus scrapes successfully.",
+            units.Short,
+            [(f"sum(up{{{SEL}}})", "up")],
+            span=12,
+        ),
+        single_stat(
+            "Versions running",
+            "Instances per slaguard version.",
+            units.Short,
+            [(f"count by (version) (slaguard_build_info{{{SEL}}})", "{{version}}")],
+            span=12,
+        ),
+    ]
+    audit = [
+        ts(
+            "Audit queue depth",
+            "Records not yet confirmed in the database. Dashed line: the 10,000 alert.",
+            units.Short,
+            [(gauge("slaguard_audit_queue_depth", "instance"), "{{instance}}")],
+            thresholds=[(10000, "red")],
+        ),
+        ts(
+            "Audit spill",
+            "Bytes in the spill journal not yet confirmed in the database.",
+            units.BytesIEC,
+            [(gauge("slaguard_audit_spill_bytes", "instance"), "{{instance}}")],
+        ),
+        ts(
+            "Audit rows written/s vs decisions/s",
+            "Rows committed per second should track decisions per second.",
+            units.RowsPerSecond,
+            [
+                (rate("slaguard_audit_rows_written_total", "instance"), "written {{instance}}"),
+                (rate("slaguard_decisions_total", "instance"), "decisions {{instance}}"),
+            ],
+        ),
+        ts(
+            "Audit write errors and refusals/s",
+            "Failed batch write attempts (retried), and records refused because the "
+            "spill journal was full (lost: never audited).",
+            units.OpsPerSecond,
+            [
+                (rate("slaguard_audit_write_errors_total", "instance"), "errors {{instance}}"),
+                (rate("slaguard_audit_records_refused_total", "instance"), "refused {{instance}}"),
+            ],
+        ),
+    ]
+    runs, overruns = rate(_RUNS, "scheduler_job"), rate(_OVERRUNS, "scheduler_job")
+    jobs = [
+        ts(
+            "Job runs/s",
+            "Runs started per second per job (100 ms loops: about 10/s).",
+            units.OpsPerSecond,
+            [(runs, "{{scheduler_job}}")],
+        ),
+        ts(
+            "Job overrun ratio",
+            "Share of runs skipped because the previous run was still going. Dashed "
+            "line: 10 %, the overrun alert.",
+            units.PercentUnit,
+            [(f"{overruns} / ({runs} + {overruns})", "{{scheduler_job}}")],
+            thresholds=[(0.1, "red")],
+        ),
+        ts(
+            "Job failures/s",
+            "Runs that raised, per job.",
+            units.OpsPerSecond,
+            [(rate("slaguard_scheduler_job_failures_total", "scheduler_job"), "{{scheduler_job}}")],
+        ),
+        ts(
+            "Job duration p99",
+            "99th percentile run time per job. Dashed line: the 100 ms loop period.",
+            units.Seconds,
+            [
+                (
+                    quantile(0.99, "slaguard_scheduler_job_duration_seconds", "scheduler_job"),
+                    "{{scheduler_job}}",
+                )
+            ],
+            thresholds=[(0.1, "red")],
+        ),
+    ]
+    slack = [
+        ts(
+            "Slack messages/s",
+            "Messages delivered, and messages given up on after retries by reason.",
+            units.MessagesPerSecond,
+            [
+                (rate("slaguard_slack_deliveries_total", ""), "delivered"),
+                (rate("slaguard_slack_delivery_failures_total", "reason"), "lost {{reason}}"),
+            ],
+            span=24,
+        ),
+    ]
+    return dashboard(
+        UID,
+        "slaguard / Audit and loops",
+        "Scrape health, the audit writer (backlog, spill, rows, errors), scheduler "
+        "jobs (runs, overruns, failures, durations) and Slack delivery.",
+        [
+            ("Instances", instances),
+            ("Audit writer", audit),
+            ("Scheduler jobs", jobs),
+            ("Slack", slack),
+        ],
     )

@@ -8,6 +8,7 @@ Every dashboard starts with a `datasource` variable and the chained `fleet` -> `
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol, Self, TypeVar
 
 from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import dashboard as db
@@ -36,6 +37,9 @@ BURN_RATE = "suffix:x"
 
 Query = tuple[str, str]
 """(PromQL, legend format)."""
+
+Row = tuple[str, Sequence[cogbuilder.Builder[dm.Panel]]]
+"""(row title, the panels under it)."""
 
 
 def _query_variable(name: str, label: str, query: str) -> db.QueryVariable:
@@ -80,8 +84,16 @@ def variables(*, per_target: bool = False) -> list[db.QueryVariable | db.Datasou
     return out
 
 
-def dashboard(uid: str, title: str, description: str, *, per_target: bool = False) -> db.Dashboard:
-    """A dashboard with the slaguard tags, time range and variables."""
+def dashboard(
+    uid: str,
+    title: str,
+    description: str,
+    rows: Sequence[Row],
+    *,
+    per_target: bool = False,
+    annotations: Sequence[db.AnnotationQuery] = (),
+) -> db.Dashboard:
+    """A dashboard with the slaguard tags, time range and variables, then `rows` in order."""
     board = (
         db.Dashboard(title)
         .uid(uid)
@@ -93,7 +105,25 @@ def dashboard(uid: str, title: str, description: str, *, per_target: bool = Fals
     )
     for var in variables(per_target=per_target):
         board = board.with_variable(var)
+    for note in annotations:
+        board = board.annotation(note)
+    for row_title, panels in rows:
+        board = board.with_row(db.Row(row_title))
+        for panel in panels:
+            board = board.with_panel(panel)
     return board
+
+
+def annotation(name: str, color: str, expr: str) -> db.AnnotationQuery:
+    """An enabled Prometheus annotation: a marker wherever `expr` has a value."""
+    return (
+        db.AnnotationQuery()
+        .name(name)
+        .datasource(DATASOURCE)
+        .enable(True)
+        .icon_color(color)
+        .expr(expr)
+    )
 
 
 def _targets(queries: Sequence[Query]) -> list[cogbuilder.Builder[cogvariants.Dataquery]]:
@@ -101,6 +131,43 @@ def _targets(queries: Sequence[Query]) -> list[cogbuilder.Builder[cogvariants.Da
         prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(chr(ord("A") + i))
         for i, (expr, legend) in enumerate(queries)
     ]
+
+
+class _Panel(Protocol):
+    """What the time series, stat and state timeline panel builders have in common."""
+
+    def title(self, title: str) -> Self: ...
+    def description(self, description: str) -> Self: ...
+    def datasource(self, datasource: dm.DataSourceRef) -> Self: ...
+    def unit(self, unit: str) -> Self: ...
+    def targets(self, targets: list[cogbuilder.Builder[cogvariants.Dataquery]]) -> Self: ...
+    def height(self, h: int) -> Self: ...
+    def span(self, w: int) -> Self: ...
+
+
+P = TypeVar("P", bound=_Panel)
+
+
+def _panel(
+    panel: P,
+    title: str,
+    description: str,
+    unit: str,
+    queries: Sequence[Query],
+    *,
+    height: int,
+    span: int,
+) -> P:
+    """Title, description, data source, unit, queries and size: set alike on every panel."""
+    return (
+        panel.title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .targets(_targets(queries))
+        .height(height)
+        .span(span)
+    )
 
 
 def _thresholds(steps: Sequence[tuple[float, str]]) -> db.ThresholdsConfig:
@@ -125,22 +192,14 @@ def ts(
     bars: bool = False,
 ) -> timeseries.Panel:
     """A time series panel; `thresholds` are drawn as dashed lines (budgets, SLOs)."""
-    panel = (
-        timeseries.Panel()
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .unit(unit)
-        .targets(_targets(queries))
-        .height(8)
-        .span(span)
-        .legend(
-            cb.VizLegendOptions()
-            .display_mode(cm.LegendDisplayMode.TABLE)
-            .placement(cm.LegendPlacement.BOTTOM)
-            .show_legend(True)
-            .calcs(["lastNotNull", "max"])
-        )
+    panel = _panel(
+        timeseries.Panel(), title, description, unit, queries, height=8, span=span
+    ).legend(
+        cb.VizLegendOptions()
+        .display_mode(cm.LegendDisplayMode.TABLE)
+        .placement(cm.LegendPlacement.BOTTOM)
+        .show_legend(True)
+        .calcs(["lastNotNull", "max"])
     )
     if bars:
         panel = panel.draw_style(cm.GraphDrawStyle.BARS).fill_opacity(80)
@@ -162,14 +221,7 @@ def single_stat(
 ) -> stat.Panel:
     """A stat panel showing the last value."""
     panel = (
-        stat.Panel()
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .unit(unit)
-        .targets(_targets(queries))
-        .height(5)
-        .span(span)
+        _panel(stat.Panel(), title, description, unit, queries, height=5, span=span)
         .graph_mode(cm.BigValueGraphMode.AREA)
         .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
     )
@@ -187,16 +239,11 @@ def mode_timeline(
         "0": dm.ValueMappingResult(text="-", color="transparent", index=1),
     }
     return (
-        statetimeline.Panel()
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .unit(units.NoUnit)
-        .targets(_targets([query]))
+        _panel(
+            statetimeline.Panel(), title, description, units.NoUnit, [query], height=6, span=span
+        )
         .mappings([dm.ValueMap(options=current)])
         .show_value(cm.VisibilityMode.NEVER)
-        .height(6)
-        .span(span)
     )
 
 
@@ -204,6 +251,22 @@ def rate(metric: str, by: str, sel: str = SEL, *, window: str = "$__rate_interva
     """`sum by (<by>) (rate(<metric>{sel}[window]))`; `by=""` sums everything."""
     grouping = f"sum by ({by}) " if by else "sum "
     return f"{grouping}(rate({metric}{{{sel}}}[{window}]))"
+
+
+def increase(metric: str, by: str, sel: str = SEL, *, window: str = "$__rate_interval") -> str:
+    """`sum by (<by>) (increase(<metric>{sel}[window]))`; `by=""` sums everything."""
+    grouping = f"sum by ({by}) " if by else "sum"
+    return f"{grouping}(increase({metric}{{{sel}}}[{window}]))"
+
+
+def gauge(metric: str, by: str, sel: str = SEL) -> str:
+    """`max by (<by>) (<metric>{sel})`: one value per group however many instances report it."""
+    grouping = f"max by ({by}) " if by else "max"
+    return f"{grouping}({metric}{{{sel}}})"
+
+
+FLEET_MODE: Query = (gauge("slaguard_fleet_mode", "mode"), "{{mode}}")
+"""The fleet mode enum gauge, for `mode_timeline`."""
 
 
 def quantile(q: float, metric: str, by: str, sel: str = SEL) -> str:
