@@ -32,6 +32,7 @@ from slaguard.guard.leader import current_leader
 from slaguard.guard.manual import ManualAction, ManualOutcome, ModeBusyError, apply_manual
 from slaguard.guard.persist import EventPersister
 from slaguard.guard.queries import arm_sla, incident_list, mode_history
+from slaguard.guard.runtime import NOT_LOADED
 from slaguard.guard.store import GuardStore
 
 _T = TypeVar("_T")
@@ -62,7 +63,8 @@ def _run(engine: Engine, action: ManualAction, **kwargs: Any) -> ManualOutcome:
     store = GuardStore(engine)
     persister = EventPersister(store, IncidentStore(engine))
     try:
-        return apply_manual(Guard(), persister, action, time.time(), **kwargs)
+        # NOT_LOADED (version -1): the first stored state read is always adopted
+        return apply_manual(Guard(state=NOT_LOADED), persister, action, time.time(), **kwargs)
     except ModeBusyError as exc:
         fail(str(exc))
     except SQLAlchemyError as exc:

@@ -231,9 +231,15 @@ class Guard:
         )
         return result, self._apply(result, now_s)
 
-    def adopt_state(self, stored: ModeState, now_s: float) -> list[GuardEvent]:
-        """Take a newer state written elsewhere (CLI, another replica); resolve if due."""
-        if stored.version <= self.state.version:
+    def adopt_state(
+        self, stored: ModeState, now_s: float, *, replacing_unsaved: bool = False
+    ) -> list[GuardEvent]:
+        """Take a newer state written elsewhere (CLI, another replica); resolve if due.
+        `replacing_unsaved`: the database refused this guard's own last switch, so the
+        stored state replaces it even at the same version."""
+        if stored.version < self.state.version or (
+            stored.version == self.state.version and not replacing_unsaved
+        ):
             return []
         before = self.state
         self._take(stored)

@@ -62,7 +62,7 @@ def apply_manual(
     if alert is not None and action is not ManualAction.ROLLBACK:
         raise ValueError(f"an alert can only ask for a rollback, not {action.value}")
     for _ in range(ATTEMPTS):
-        guard.state = persister.modes.load(now_s)
+        guard.adopt_state(persister.modes.load(now_s), now_s)
         guard.incidents.current = persister.incidents.restore()
         before = guard.state.mode.label
         events: list[GuardEvent]

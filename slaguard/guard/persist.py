@@ -6,8 +6,9 @@ CLI (a one-shot guard over the database), so both number, link and queue the sam
 1. an opened incident is stored first, so the trip's mode change can name it; from then
    on the tracker uses the audit id (`incidents.id`) as the incident id;
 2. each mode change is a compare-and-set on the version it was made from; when another
-   writer won, the stored state is taken (the local transition did not happen) and the
-   tracker is re-read from the database;
+   writer won, the stored state is adopted (`Guard.adopt_state`: the local transition did
+   not happen, and a changed learned share restarts the TTFT baselines) and the tracker
+   is re-read from the database;
 3. updates and resolutions are queued under the stored incident's next revision, unless
    the incident is already resolved (then the state change was already announced).
 """
@@ -67,7 +68,7 @@ class EventPersister:
             saved = self.modes.save(tr, now_s, incident_id=result.incident_id)
             if not saved.saved:
                 assert saved.stored is not None
-                guard.state = saved.stored
+                guard.adopt_state(saved.stored, now_s, replacing_unsaved=True)
                 guard.incidents.current = self.incidents.restore()
                 result.conflict = saved.stored
                 return result

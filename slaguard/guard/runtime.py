@@ -5,6 +5,7 @@ on its own.
 | call | caller | period | what |
 |---|---|---|---|
 | `current()`, `state()`, `router`, `reports` | router, metrics | every decision | no I/O |
+| `observe_arrival(at_s, prefix)` | routing decision | per request | queue only (local feed) |
 | `observe(sample)` | request path | per finished request | queue only (local feed) |
 | `sync(now_s)` | mode sync job | 500 ms | leadership poll; adopt a newer stored mode |
 | `evaluate(now_s)` | detector job | 1 s | leader: feed, evaluate, store events |
@@ -120,6 +121,7 @@ class GuardReplica:
         """The leader's last evaluation, one report per detector (empty on other replicas)."""
         self._lock = threading.RLock()
         self._local: deque[GuardSample] = deque(maxlen=LOCAL_QUEUE_MAX)
+        self._arrivals: deque[tuple[float, str | None]] = deque(maxlen=LOCAL_QUEUE_MAX)
         self._unsaved: tuple[ModeTransition, int | None] | None = None
         self._paused_until_s = float("-inf")
         self._leading = False
@@ -143,6 +145,14 @@ class GuardReplica:
         audit feed, which already brings every replica's requests (no double counting)."""
         if self.feed is None:
             self._local.append(sample)
+
+    def observe_arrival(self, at_s: float, prefix_id: str | None) -> None:
+        """Queue one routed request's arrival for the hot-spot detector, which then counts
+        a flood as it arrives instead of as it finishes (a latency later). Ignored with an
+        audit feed: the feed brings every replica's completions, and arrivals seen by this
+        replica alone would replace them there."""
+        if self.feed is None:
+            self._arrivals.append((at_s, prefix_id))
 
     # -- the loops ------------------------------------------------------------------------
 
@@ -182,6 +192,8 @@ class GuardReplica:
                 self.stats.last_error = _first_line(exc)
                 log.warning("guard sample feed failed: %s", self.stats.last_error)
         with self._lock:
+            while self._arrivals:
+                self.guard.observe_arrival(*self._arrivals.popleft())
             while self._local:
                 self.guard.observe(self._local.popleft())
             for sample in samples:
@@ -325,7 +337,7 @@ class GuardReplica:
             if ours and abs(stored.since_s - transition.at_s) < 1e-3:
                 return
         # Another writer took that version: its state wins over the one we could not store.
-        self.guard.state = stored
+        self.guard.adopt_state(stored, now_s, replacing_unsaved=True)
         if self._leading:
             self.guard.incidents.current = self.incidents.restore()
 

@@ -77,6 +77,11 @@ class ModeSource(Protocol):
         """This replica's part in the guard (leader or not) for `/v1/status` (no I/O)."""
         ...
 
+    def on_arrival(self, at_s: float, prefix_id: str | None) -> None:
+        """One routed request, at its routing decision, for the hot-spot detector (a queue
+        append on the request path: no I/O, no detector work)."""
+        ...
+
     def on_outcome(self, sample: GuardSample) -> None:
         """One finished request for the detectors (no I/O)."""
         ...
@@ -147,6 +152,9 @@ class ReplicaModes:
             "persist_errors": r.stats.persist_errors,
             "last_error": r.stats.last_error,
         }
+
+    def on_arrival(self, at_s: float, prefix_id: str | None) -> None:
+        self.replica.observe_arrival(at_s, prefix_id)
 
     def on_outcome(self, sample: GuardSample) -> None:
         self.replica.observe(sample)

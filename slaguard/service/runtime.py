@@ -1,8 +1,9 @@
 """What one running service holds, and the two things it does per request: decide, finish.
 
 `ServiceRuntime.decide` is the routing hot path shared by `POST /v1/route` and the
-gateway: scheduler decision, audit record (enqueued, never written here), metrics, and a
-pending entry so the outcome can find its decision. `finish` is the other half: learner
+gateway: scheduler decision, the arrival for the guard's hot-spot detector (queued),
+audit record (enqueued, never written here), metrics, and a pending entry so the outcome
+can find its decision. `finish` is the other half: learner
 feedback, audit outcome, TTFT/TPOT metrics, a guard sample. Both run on the event loop
 thread and do no I/O.
 
@@ -202,6 +203,7 @@ class ServiceRuntime:
         started = time.perf_counter()
         decision = self.scheduler.decide(request, now, mode)
         latency = time.perf_counter() - started
+        self.modes.on_arrival(now, request.prefix_id)
         target = decision.target
         learner_components = None
         if target is not None:
