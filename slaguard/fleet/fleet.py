@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from slaguard.fleet.catalogue import CardType, ModelSpec, builtin_cards, builtin_models
 from slaguard.fleet.request import Priority
+from slaguard.userfiles import load_user_yaml
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -255,16 +256,5 @@ def load_fleet(path: str | Path | None = None) -> Fleet:
         text = resources.files("slaguard.data").joinpath("fleet.yaml").read_text("utf-8")
         return build_fleet(yaml.safe_load(text), "<built-in fleet>")
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FleetError(f"{p}: file not found; fix: pass an existing fleet file") from None
-    except OSError as exc:
-        raise FleetError(f"{p}: cannot read ({exc.strerror}); fix: check permissions") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"line {mark.line + 1}" if mark is not None else "<yaml>"
-        raise FleetError(f"{p}: {line}: invalid YAML; fix: correct the syntax") from None
+    raw = load_user_yaml(p, FleetError, "fleet file")
     return build_fleet(raw, str(p))

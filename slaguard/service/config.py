@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -22,6 +21,9 @@ from pydantic_settings import (
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
+
+from slaguard.guard.config import GuardConfig
+from slaguard.userfiles import load_user_yaml
 
 ENV_PREFIX = "SLAGUARD_SERVE_"
 ADMIN_TOKEN_ENV = "SLAGUARD_ADMIN_TOKEN"
@@ -118,6 +120,9 @@ class ServiceConfig(BaseSettings):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     alertmanager: AlertmanagerConfig = Field(default_factory=AlertmanagerConfig)
     loops: LoopsConfig = Field(default_factory=LoopsConfig)
+    guard: GuardConfig = Field(
+        default_factory=GuardConfig, description="detectors and breaker (docs/guard.md)"
+    )
     notify_file: Path | None = Field(
         default=None, description="incident messages as JSON lines here (else $SLAGUARD_*)"
     )
@@ -148,16 +153,7 @@ def load_config(
     """Read the YAML file (if any), apply the environment, then `overrides` (CLI flags)."""
     source = str(path) if path is not None else "environment"
     if path is not None:
-        if not path.is_file():
-            raise ServiceConfigError(f"{path}: file not found; fix: pass an existing YAML file")
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"line {mark.line + 1}" if mark is not None else "<yaml>"
-            raise ServiceConfigError(
-                f"{path}: {where}: invalid YAML; fix: correct the syntax"
-            ) from None
+        raw = load_user_yaml(path, ServiceConfigError, "YAML config file")
         if raw is not None and not isinstance(raw, dict):
             raise ServiceConfigError(f"{path}: <top>: not a mapping; fix: write `key: value` lines")
     kwargs: dict[str, Any] = {k: v for k, v in (overrides or {}).items() if v is not None}

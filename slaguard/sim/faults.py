@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from slaguard.fleet import Fleet, Target
 from slaguard.sim.trace import BLOCK_TOKENS, Trace, concat_traces, gather_rows, prefix_key_of
+from slaguard.userfiles import read_user_text, yaml_error_line
 
 KINDS = ("jitter", "fail", "hot_prompt", "new_model", "load_spike")
 HOT_BLOCK_BASE = 1 << 40
@@ -242,9 +243,9 @@ def parse_faults(text: str, source: str = "<faults>", fleet: Fleet | None = None
         root = yaml.compose(text)
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise FaultError(f"{source}{line}: invalid YAML; fix: correct the syntax") from None
+        line = yaml_error_line(exc)
+        where = f":{line}" if line is not None else ""
+        raise FaultError(f"{source}{where}: invalid YAML; fix: correct the syntax") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -264,12 +265,7 @@ def parse_faults(text: str, source: str = "<faults>", fleet: Fleet | None = None
 def load_faults(path: str | Path, fleet: Fleet | None = None) -> FaultSchedule:
     """Read and validate a scenario file (checked against `fleet` when given)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FaultError(f"{p}: file not found; fix: pass an existing scenario file") from None
-    except OSError as exc:
-        raise FaultError(f"{p}: cannot read ({exc.strerror}); fix: check the path") from None
+    text = read_user_text(p, FaultError, "scenario file")
     return parse_faults(text, str(p), fleet)
 
 
