@@ -39,10 +39,12 @@ class TtftZscoreConfig(_Strict):
     min_trip_targets: int = Field(default=3, ge=2)
     tier_window_s: float = Field(default=30.0, gt=0)
     tier_quantile: float = Field(default=0.5, gt=0, lt=1)
-    tier_min_samples: int = Field(default=20, ge=5)
+    tier_min_samples: int = Field(default=40, ge=5)
     tier_min_targets: int = Field(default=2, ge=1)
     tier_z_threshold: float = Field(default=4.5, gt=0)
     tier_min_ratio: float = Field(default=1.75, gt=1)
+    tier_prompt_floor_tokens: int = Field(default=256, ge=1)
+    tier_max_load_ratio: float = Field(default=1.5, gt=1)
 
     @model_validator(mode="after")
     def _slices_fit(self) -> TtftZscoreConfig:

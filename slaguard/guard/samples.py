@@ -20,6 +20,11 @@ class GuardSample:
     `prefix_id` is the full prefix identity (a hash of all prefix block ids, or of the
     prompt); see `prefix_identity`. `model_deployed_at_s` is the rollout time of the
     model version (the catalogue's timestamp); None means an established model.
+    `prompt_tokens` is the request's prompt length (the prefill work its TTFT pays for,
+    and the kind of request a learned router steers to a card): when given, the card-tier
+    test compares TTFT per prompt token, so a tier handed longer prompts is not a slow
+    tier (see `tier_shift`). None keeps plain TTFT; a feed passes it for every sample or
+    for none.
     """
 
     at_s: float
@@ -33,6 +38,7 @@ class GuardSample:
     model_version: str = ""
     model_deployed_at_s: float | None = None
     prefix_id: str | None = None
+    prompt_tokens: int | None = None
 
     @property
     def has_ttft(self) -> bool:

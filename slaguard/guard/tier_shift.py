@@ -30,6 +30,7 @@ from slaguard.guard.baseline import LogBaseline
 from slaguard.guard.config import TtftZscoreConfig
 from slaguard.guard.histogram import SlidingLogHistogram
 from slaguard.guard.robust import log_floor
+from slaguard.guard.sliding_sum import SlidingSum
 from slaguard.guard.verdicts import Action, JsonDict, Severity, Verdict
 
 _FLEET = "*"
@@ -50,13 +51,27 @@ class TierShift:
         self._target_baselines: dict[str, LogBaseline] = {}
         self._members: dict[tuple[str, str], set[str]] = {}
         self._tripped: set[tuple[str, str]] = set()
+        self._work = SlidingSum(c.slice_s, c.tier_slice_count)
+        self._work_since: dict[tuple[str, str], float] = {}
+        self._work_baselines: dict[tuple[str, str], LogBaseline] = {}
+        self._loaded_until: dict[tuple[str, str], float] = {}
 
     def observe(
-        self, target_id: str, card_type: str, model_id: str, at_s: float, ttft_s: float
+        self,
+        target_id: str,
+        card_type: str,
+        model_id: str,
+        at_s: float,
+        ttft_s: float,
+        prompt_tokens: int | None = None,
     ) -> None:
-        """Normalise one measured TTFT by its target's baseline, then fold it in."""
+        """Normalise one TTFT statistic (see `tier_statistic`) by its target's baseline, then
+        fold it in; the prompt tokens (when known) count as the tier's served work."""
         c = self.config
         tier = (card_type, model_id)
+        if prompt_tokens is not None:
+            self._work.add(_key(tier), at_s, float(prompt_tokens))
+            self._work_since.setdefault(tier, at_s)
         baseline = self._target_baselines.get(target_id)
         if baseline is None:
             baseline = LogBaseline(c.baseline_tau_s, c.baseline_max_freeze_s)
@@ -73,6 +88,28 @@ class TierShift:
         """Forget the per-target baselines (the routing policy changed)."""
         self._target_baselines = {}
         self._tripped = set()
+        self._work_since = {}
+        self._work_baselines = {}
+        self._loaded_until = {}
+
+    def _load_ratio(self, tier: tuple[str, str], now_s: float) -> float | None:
+        """The prompt tokens the tier served over the window against its usual rate (a slow
+        EWMA of that rate, frozen while the tier is tripped); None while the rate is
+        unknown (no prompt lengths fed) or younger than two windows."""
+        since = self._work_since.get(tier)
+        c = self.config
+        if since is None or now_s - since < c.tier_window_s:
+            return None
+        rate = self._work.total(_key(tier), now_s) / c.tier_window_s
+        if rate <= 0:
+            return None
+        baseline = self._work_baselines.get(tier)
+        if baseline is None:
+            baseline = LogBaseline(c.baseline_tau_s, c.baseline_max_freeze_s)
+            self._work_baselines[tier] = baseline
+        ratio = baseline.ratio(rate) if baseline.age_s(now_s) >= c.tier_window_s else None
+        baseline.update(now_s, rate, anomalous=tier in self._tripped)
+        return ratio
 
     def _log_quantile(self, counts: np.ndarray, q: float) -> float:
         return math.log(self._hist.quantile_of(counts, q))
@@ -99,6 +136,7 @@ class TierShift:
             sigma = max(iqr / _IQR_TO_SIGMA, log_floor(c.mad_floor_rel))
             se = _MEDIAN_SE * sigma * math.sqrt(1 / n_mine + 1 / n_rest)
             ratio, own, z = math.exp(m_tier - m_rest), math.exp(m_tier), (m_tier - m_rest) / se
+            load = self._load_ratio(tier, now_s)
             tiers[_key(tier)] = {
                 "card_type": tier[0],
                 "model": tier[1],
@@ -110,8 +148,13 @@ class TierShift:
                 "z": round(z, 3),
                 "samples": n_mine,
                 "rest_samples": n_rest,
+                "load_ratio_to_baseline": None if load is None else round(load, 4),
             }
-            if min(ratio, own) >= c.tier_min_ratio and z >= c.tier_z_threshold:
+            if load is not None and load >= c.tier_max_load_ratio:
+                self._loaded_until[tier] = now_s + c.tier_window_s
+            loaded = now_s < self._loaded_until.get(tier, -math.inf)
+            tiers[_key(tier)]["loaded"] = loaded
+            if min(ratio, own) >= c.tier_min_ratio and z >= c.tier_z_threshold and not loaded:
                 tripped.add(tier)
         self._tripped = tripped
         evidence: JsonDict = {
@@ -121,6 +164,7 @@ class TierShift:
             "tier_min_targets": c.tier_min_targets,
             "tier_z_threshold": c.tier_z_threshold,
             "tier_min_ratio": c.tier_min_ratio,
+            "tier_max_load_ratio": c.tier_max_load_ratio,
         }
         strongest: dict[str, JsonDict] = {}
         for tier in tripped:
@@ -143,6 +187,18 @@ class TierShift:
         return Verdict(
             self.detector, Action.TRIP, f"card:{card}", Severity.CRITICAL, summary, now_s, detail
         )
+
+
+def tier_statistic(ttft_s: float, prompt_tokens: int | None, floor_tokens: int) -> float:
+    """What the tier test compares: TTFT per 1,000 prompt tokens when the prompt length is
+    known, else plain TTFT. A learned router sends the long, prefill-heavy prompts to the
+    fast cards, so in a burst of long prompts those cards' TTFT rises with the work they
+    were handed; per prompt token it stays put, while a slower card is slower per token.
+    Prompts shorter than `floor_tokens` count as that long: their TTFT is mostly fixed
+    cost and queueing, and dividing by a handful of tokens would make it noise."""
+    if prompt_tokens is None:
+        return ttft_s
+    return ttft_s * 1000.0 / max(prompt_tokens, floor_tokens)
 
 
 def _key(tier: tuple[str, str]) -> str:

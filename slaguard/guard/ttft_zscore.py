@@ -30,7 +30,7 @@ from slaguard.guard.config import TtftZscoreConfig
 from slaguard.guard.histogram import SlidingLogHistogram
 from slaguard.guard.robust import log_floor, robust_zscores
 from slaguard.guard.samples import GuardSample
-from slaguard.guard.tier_shift import TierShift
+from slaguard.guard.tier_shift import TierShift, tier_statistic
 from slaguard.guard.verdicts import Action, DetectorReport, JsonDict, Severity, Status, Verdict
 
 NAME = "ttft_zscore"
@@ -102,7 +102,12 @@ class TtftZscoreDetector:
             ttft = max(sample.ttft_s, self.config.min_ttft_s)
             self._hist.add(sample.target_id, sample.at_s, ttft)
             self._tiers.observe(
-                sample.target_id, sample.card_type, sample.model_id, sample.at_s, ttft
+                sample.target_id,
+                sample.card_type,
+                sample.model_id,
+                sample.at_s,
+                tier_statistic(ttft, sample.prompt_tokens, self.config.tier_prompt_floor_tokens),
+                sample.prompt_tokens,
             )
 
     def rebaseline(self) -> None:

@@ -134,6 +134,7 @@ class GuardController(SimObserver):
             model_version=version,
             model_deployed_at_s=deployed_at,
             prefix_id=request.prefix_id,
+            prompt_tokens=request.prompt_tokens,
         )
         self.samples += 1
         heapq.heappush(self._waiting, (now_s, self.samples, sample))
