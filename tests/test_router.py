@@ -74,6 +74,12 @@ def test_jitter_term_and_demotion(sched: Scheduler) -> None:
     d = sched.decide(req(), 0.0, LEARNED)
     comps = {c["target"]: c["components"] for c in d.explanation.to_dict()["candidates"]}
     assert comps[t.id]["jitter"] == 0.0
+    # dead band: below demote_z (3.0) a Z is noise and changes nothing; it falls to 0 at 3.5
+    for z, term in ((-2.0, 1.0), (1.5, 1.0), (2.99, 1.0), (3.25, 0.5), (9.0, 0.0)):
+        sched.state.set_jitter({t.index: z})
+        d = sched.decide(req(), 0.0, LEARNED)
+        comps = {c["target"]: c["components"] for c in d.explanation.to_dict()["candidates"]}
+        assert comps[t.id]["jitter"] == pytest.approx(term)
     sched.state.set_jitter({t.index: float("nan")})  # no data is not an anomaly
     assert sched.state.picture(t.index).jitter_z == 0.0
     sched.state.set_demoted(t.index, True)

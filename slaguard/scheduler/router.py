@@ -302,7 +302,10 @@ class Router:
         headroom = 1.0 - (rows[:, KV_USED] + v_peak) / group.kv_budget_gb
         comps[:, 2] = np.minimum(np.maximum(headroom, 0.0), 1.0)
         comps[:, 3] = 1.0 / (1.0 + rows[:, QUEUE] / group.slots)
-        jitter = rows[:, JITTER_Z] / rc.jitter_z_cap
+        # dead band: a Z below demote_z is noise and changes nothing; from there the term
+        # falls to 0 at jitter_z_cap (only a persistent anomaly's Z gets that high)
+        span = max(rc.jitter_z_cap - rc.demote_z, 1e-9)
+        jitter = (rows[:, JITTER_Z] - rc.demote_z) / span
         comps[:, 4] = 1.0 - np.minimum(np.maximum(jitter, 0.0), 1.0)
         return comps, comps @ self._w
 
