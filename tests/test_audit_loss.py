@@ -71,7 +71,7 @@ def pg_engine(pg_audit_engine: Engine) -> Engine:
 def test_postgres_unreachable_then_reachable(pg_engine: Engine, tmp_path: Path) -> None:
     spill = tmp_path / "spill"
     wrong: URL = pg_engine.url.set(port=WRONG_PORT)
-    down = AuditWriter(create_audit_engine(wrong), spill, WriterSettings(memory_queue_records=500))
+    down = AuditWriter(create_audit_engine(wrong), spill)
     for record in RUN.decisions:
         down.enqueue(record)
     wait_for(lambda: down.write_errors > 0, 10, "a failed write against the wrong port")
@@ -162,7 +162,7 @@ def test_sqlite_locked_by_another_process(tmp_path: Path) -> None:
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         spill = tmp_path / "spill"
-        with AuditWriter(engine, spill, WriterSettings(memory_queue_records=200)) as writer:
+        with AuditWriter(engine, spill) as writer:
             for record in RUN.decisions:
                 writer.enqueue(record)
             wait_for(lambda: writer.write_errors > 0, 15, "a 'database is locked' failure")

@@ -110,7 +110,7 @@ def test_unreachable_database_spills_within_the_limit_and_refuses_beyond(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     errors: list[str] = []
-    settings = WriterSettings(max_spill_bytes=200_000, memory_queue_records=50)
+    settings = WriterSettings(max_spill_bytes=200_000)
     writer = AuditWriter(
         create_audit_engine(UNREACHABLE_PG), tmp_path / "s", settings, on_write_error=errors.append
     )
@@ -125,7 +125,6 @@ def test_unreachable_database_spills_within_the_limit_and_refuses_beyond(
         time.sleep(0.01)
     stats = writer.stats()
     assert stats.queue_depth == accepted
-    assert stats.memory_queue <= 50
     assert 190_000 < stats.spill_bytes <= 200_000
     assert stats.refused == 1
     assert errors and "OperationalError" in errors[0]
@@ -189,7 +188,7 @@ def test_concurrent_producers_each_record_once(tmp_path: Path) -> None:
     engine = create_audit_engine(f"sqlite:///{tmp_path / 'c.db'}")
     upgrade(engine)
     run = synthetic_run(2000, seed=13)
-    with AuditWriter(engine, tmp_path / "spill", WriterSettings(memory_queue_records=300)) as w:
+    with AuditWriter(engine, tmp_path / "spill") as w:
         producers = [
             threading.Thread(target=enqueue_all, args=(w, run.decisions[k::4])) for k in range(4)
         ]

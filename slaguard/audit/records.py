@@ -64,8 +64,10 @@ class ExplanationDict(TypedDict, total=False):
 
 
 class ExplanationSource(Protocol):
-    """An explanation kept in the router's own form; the writer calls `to_dict()` while
-    journalling it inside `enqueue()` (so the stored text is what the router saw)."""
+    """An explanation kept in the producer's own form. `enqueue()` snapshots it: the
+    scheduler's `Explanation` as raw arrays (rendered in the writer process by the same
+    code as its `to_dict()`), any other object through `to_dict()`; so the stored text is
+    what the router saw at decision time."""
 
     def to_dict(self) -> dict[str, Any]: ...
 

@@ -9,8 +9,6 @@ multi-row `INSERT ... ON CONFLICT DO NOTHING`. Either way a batch is one transac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -31,7 +29,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.sql.expression import TableClause
 from sqlalchemy.types import TypeEngine
 
-from slaguard.audit.lines import decode_lines
+from slaguard.audit.lines import DecodedBatch
 from slaguard.audit.models import UtcDateTime
 
 DECISION_COLUMNS: tuple[str, ...] = (
@@ -71,24 +69,9 @@ _OUTCOMES: TableClause = table(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class BatchResult:
-    """What one batch did: rows that were new, lines that could not be read."""
-
-    inserted: int
-    unreadable: int
-
-
-def write_lines(
-    conn: Connection, lines: Sequence[bytes], copy_min_rows: int, *, strict: bool = False
-) -> BatchResult:
-    """Insert journal lines (caller owns the transaction); duplicates are skipped.
-
-    `strict` also parses every explanation before sending it, so one corrupt line (only
-    possible after disk damage) is skipped instead of failing the whole batch; the writer
-    retries a batch in strict mode when the database refuses its content.
-    """
-    batch = decode_lines(lines, check_explanations=strict)
+def write_batch(conn: Connection, batch: DecodedBatch, copy_min_rows: int) -> int:
+    """Insert decoded journal lines (caller owns the transaction); duplicates are skipped.
+    Returns the rows that were new."""
     inserted = 0
     for target, columns, rows in (
         (_DECISIONS, DECISION_COLUMNS, batch.decision_rows),
@@ -100,7 +83,7 @@ def write_lines(
             inserted += _copy(conn, target.name, columns, rows)
         else:
             inserted += _insert(conn, target, columns, rows)
-    return BatchResult(inserted, batch.unreadable)
+    return inserted
 
 
 def _insert(

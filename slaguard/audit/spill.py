@@ -2,14 +2,20 @@
 
 `enqueue()` appends one line per record with a single `write()` before it returns, so an
 acknowledged record is in the kernel even if the process is SIGKILLed a microsecond
-later; the writer thread fsyncs the journal at least once per flush interval (power
+later; the owning process fsyncs the journal at least once per flush interval (power
 loss). Bytes are addressed by a log sequence number (LSN) that only grows: a segment file
 is named by the LSN of its first byte, and is deleted once the database has committed
 every record in it. On start, whatever segments remain are replayed in LSN order; the
 inserts are idempotent, so a record committed just before a crash is not duplicated.
 
-One process per journal directory (an exclusive `flock`), one thread appending at a time
-(the caller's lock), the writer thread reading, committing and syncing.
+One process owns a journal directory (an exclusive `flock`): it appends (one thread at a
+time, under `lock`), syncs and commits. Another process may read it with `read_journal`
+(the audit writer process): every segment that starts at or after `live_from` may still be
+growing, so an incomplete last line there means "not written yet", not "torn".
+
+A *header line* (`append(..., header=...)`) is written at most once per segment, before
+the first line that needs it, so every segment decodes on its own; header lines start
+with `header_tag` and are not counted as records.
 """
 
 from __future__ import annotations
@@ -55,7 +61,9 @@ class ReadResult:
 class SpillJournal:
     """The journal in one directory; `lock` guards appends and bookkeeping."""
 
-    def __init__(self, directory: Path, segment_bytes: int = 8 << 20) -> None:
+    def __init__(
+        self, directory: Path, segment_bytes: int = 8 << 20, header_tag: bytes | None = None
+    ) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
         self.lock = threading.RLock()
@@ -72,7 +80,10 @@ class SpillJournal:
         self._segments = self._scan()
         self.committed_lsn = self._segments[0].start_lsn if self._segments else 0
         self.end_lsn = self._segments[-1].end_lsn if self._segments else 0
-        self.recovered_records = sum(_count_lines(s.path) for s in self._segments)
+        self.live_from = self.end_lsn
+        """Segments this process writes start here; those before it are sealed."""
+        self.recovered_records = sum(_count_records(s.path, header_tag) for s in self._segments)
+        self._headers: set[str] = set()
         self._active_fd: int | None = None
         self._rotated_fds: list[int] = []
         self._dirty = False
@@ -95,8 +106,11 @@ class SpillJournal:
         """Journal bytes the database has not confirmed yet."""
         return self.end_lsn - self.committed_lsn
 
-    def append(self, line: bytes) -> int:
-        """Write one complete line (ending in newline); return the LSN after it."""
+    def append(self, line: bytes, header: tuple[str, bytes] | None = None) -> int:
+        """Write one complete line (ending in newline); return the LSN after it.
+
+        `header` is (key, header line): written first, in the same `write()`, unless the
+        current segment already holds that key's header."""
         with self.lock:
             if self._closed:
                 raise RuntimeError("spill journal is closed")
@@ -104,6 +118,9 @@ class SpillJournal:
                 self._open_segment()
             assert self._active_fd is not None
             segment = self._segments[-1]
+            if header is not None and header[0] not in self._headers:
+                self._headers.add(header[0])
+                line = header[1] + line
             try:
                 written = 0
                 while written < len(line):
@@ -123,10 +140,11 @@ class SpillJournal:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
         self._active_fd = os.open(path, flags, 0o644)
         self._segments.append(_Segment(self.end_lsn, path, 0))
+        self._headers.clear()
         self._dir_dirty = True
 
     def sync(self) -> None:
-        """fsync what was appended since the last call (writer thread, off the hot path)."""
+        """fsync what was appended since the last call (off the hot path)."""
         with self.lock:
             fds = list(self._rotated_fds)
             if self._dirty and self._active_fd is not None:
@@ -145,36 +163,8 @@ class SpillJournal:
             os.close(fd)
 
     def read(self, start_lsn: int, max_lines: int) -> ReadResult:
-        """Up to `max_lines` complete lines from `start_lsn`, skipping torn segment tails."""
-        with self.lock:
-            segments = [(s.start_lsn, s.path, s.size) for s in self._segments]
-            active_start = self._segments[-1].start_lsn if self._active_fd is not None else -1
-        lines: list[bytes] = []
-        torn = 0
-        lsn = start_lsn
-        for seg_start, path, size in segments:
-            seg_end = seg_start + size
-            if seg_end <= lsn:
-                continue
-            lsn = max(lsn, seg_start)
-            with path.open("rb") as f:
-                f.seek(lsn - seg_start)
-                while lsn < seg_end and len(lines) < max_lines:
-                    line = f.readline(seg_end - lsn)
-                    if not line.endswith(b"\n"):
-                        if seg_start == active_start:
-                            return ReadResult(lines, lsn, torn)
-                        log.warning(
-                            "spill %s: skipping a torn last line (%d bytes)", path, len(line)
-                        )
-                        torn += 1
-                        lsn = seg_end
-                        break
-                    lines.append(line)
-                    lsn += len(line)
-            if len(lines) >= max_lines:
-                break
-        return ReadResult(lines, lsn, torn)
+        """Up to `max_lines` complete lines from `start_lsn` (see `read_journal`)."""
+        return read_journal(self.directory, start_lsn, max_lines, self.live_from)
 
     def commit(self, lsn: int) -> None:
         """The database holds everything before `lsn`: forget (delete) covered segments."""
@@ -207,9 +197,72 @@ class SpillJournal:
             os.close(self._lock_fd)
 
 
-def _count_lines(path: Path) -> int:
-    count = 0
-    with path.open("rb") as f:
-        while chunk := f.read(READ_CHUNK_BYTES):
-            count += chunk.count(b"\n")
+def segment_files(directory: Path) -> list[tuple[int, Path, int]]:
+    """(start LSN, path, size) of every segment, in LSN order; vanished files skipped."""
+    found = []
+    for path in directory.glob(f"*{SEGMENT_SUFFIX}"):
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            continue
+        found.append((int(path.name.removesuffix(SEGMENT_SUFFIX)), path, size))
+    found.sort()
+    return found
+
+
+def read_journal(
+    directory: Path,
+    start_lsn: int,
+    max_lines: int,
+    live_from: int,
+    stop_lsn: int | None = None,
+) -> ReadResult:
+    """Up to `max_lines` complete lines from `start_lsn` (and before `stop_lsn`).
+
+    An incomplete last line in a segment starting before `live_from` is torn (a crash
+    mid-write): skipped and counted. In a later segment it is still being written: the
+    read stops before it."""
+    lines: list[bytes] = []
+    torn = 0
+    lsn = start_lsn
+    for seg_start, path, size in segment_files(directory):
+        seg_end = seg_start + size if stop_lsn is None else min(seg_start + size, stop_lsn)
+        if seg_end <= lsn:
+            continue
+        lsn = max(lsn, seg_start)
+        try:
+            f = path.open("rb")
+        except FileNotFoundError:
+            continue  # committed and deleted by the owner meanwhile
+        with f:
+            f.seek(lsn - seg_start)
+            partial = b""
+            while lsn + len(partial) < seg_end and len(lines) < max_lines:
+                data = partial + f.read(min(READ_CHUNK_BYTES, seg_end - lsn - len(partial)))
+                parts = data.split(b"\n")
+                partial = parts.pop()
+                room = max_lines - len(lines)
+                for part in parts[:room]:
+                    lines.append(part + b"\n")
+                    lsn += len(part) + 1
+                if len(parts) > room:
+                    partial = b""
+            if len(lines) >= max_lines or seg_end < seg_start + size:
+                break
+            if partial:
+                if seg_start >= live_from:
+                    break
+                log.warning("spill %s: skipping a torn last line (%d bytes)", path, len(partial))
+                torn += 1
+                lsn = seg_end
+    return ReadResult(lines, lsn, torn)
+
+
+def _count_records(path: Path, header_tag: bytes | None) -> int:
+    """Complete lines in a segment, header lines excluded."""
+    data = path.read_bytes()
+    complete = data[: data.rfind(b"\n") + 1]
+    count = complete.count(b"\n")
+    if header_tag is not None:
+        count -= complete.count(b"\n" + header_tag) + complete.startswith(header_tag)
     return count

@@ -1,41 +1,50 @@
-"""The background audit writer: the routing path enqueues, a thread writes batches.
+"""The audit writer: the routing path journals, a separate process writes batches.
 
-`enqueue()` costs one JSON encode, one `write()` to the spill journal and a deque append
-under a lock; it never touches the database. A record is *acknowledged* when `enqueue()`
-returns: from then on it survives a database outage (journal), a crash or SIGKILL (the
-journal is replayed on the next start) and shutdown (drained, or left in the journal).
+`enqueue()` encodes the record (a scheduler `Explanation` raw, see `lines`) and appends
+it to the spill journal with one `write()` under a lock; it never touches the database
+and never renders. A record is *acknowledged* when `enqueue()` returns: from then on it
+survives a database outage, a crash or SIGKILL (the journal replays on the next start)
+and shutdown (drained, or left in the journal).
 
-The writer thread takes batches from the bounded in-memory queue; when that queue is
-full (database down or slow), new records live only in the journal and the thread reads
-them back from it, in order, once the queue has drained. Failed batches are retried with
-capped exponential backoff. `stats()` exposes queue depth, spill bytes, rows written and
-write errors for the monitoring line to publish.
+The database side is a child process (`writer_process`) reading the journal in LSN order,
+so its decoding, rendering and inserts never hold this process's GIL. A watcher thread
+here reads its reports (committed LSN, rows, errors), deletes committed segments, runs
+the monitoring callbacks, fsyncs the journal every flush interval and restarts the child
+if it dies. The child exits when its control pipe closes, so it never outlives us.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import select
+import subprocess
+import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
+import msgspec
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
+import slaguard
 from slaguard.audit.engine import create_audit_engine, default_spill_dir, shown_url
-from slaguard.audit.lines import encode_record
+from slaguard.audit.lines import FLEET_TAG, JournalEncoder
 from slaguard.audit.migrate import require_current_schema, upgrade
 from slaguard.audit.records import AuditRecord
-from slaguard.audit.sink import is_unreachable, write_lines
 from slaguard.audit.spill import SpillJournal
+from slaguard.audit.writer_process import BatchDone, ChildConfig, Report, WriteFailed
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+_decode_report = msgspec.json.Decoder(Report).decode
+STOP_GRACE_S = 2.0
+"""How long a child still inside a database call may take to exit once told to."""
 
 
 class SpillFullError(RuntimeError):
@@ -50,7 +59,6 @@ class WriterSettings:
 
     batch_size: int = 2000
     flush_interval_s: float = 0.05
-    memory_queue_records: int = 50_000
     segment_bytes: int = 8 << 20
     max_spill_bytes: int | None = 4 << 30
     copy_min_rows: int = 200
@@ -64,9 +72,7 @@ class WriterStats:
     """A snapshot of the writer's gauges and counters."""
 
     queue_depth: int
-    """Acknowledged records not yet confirmed in the database (memory + spill)."""
-    memory_queue: int
-    """Of those, records held in memory."""
+    """Acknowledged records not yet confirmed in the database."""
     spill_bytes: int
     """Spill journal bytes not yet confirmed in the database."""
     rows_written: int
@@ -78,12 +84,14 @@ class WriterStats:
     refused: int
     """enqueue() calls refused because the spill limit was reached."""
     torn_records: int
-    """Partial journal lines skipped on replay (only after a power loss)."""
+    """Partial or unreadable journal lines skipped (only after disk damage)."""
+    process_restarts: int
+    """Times the writer process died and was started again."""
     last_error: str | None
 
 
 class AuditWriter:
-    """Owns one spill directory and one writer thread; use as a context manager."""
+    """Owns one spill directory and one writer process; use as a context manager."""
 
     def __init__(
         self,
@@ -98,34 +106,38 @@ class AuditWriter:
         self.settings = settings or WriterSettings()
         self._on_rows_written = on_rows_written
         self._on_write_error = on_write_error
-        self._journal = SpillJournal(Path(spill_dir), self.settings.segment_bytes)
+        self._journal = SpillJournal(Path(spill_dir), self.settings.segment_bytes, FLEET_TAG)
+        self._encoder = JournalEncoder()
         self._lock = self._journal.lock
-        self._pending: deque[tuple[int, bytes]] = deque()
-        self._overflow = self._journal.pending_bytes > 0
         self._backlog = self._journal.recovered_records
         self._rows_written = 0
         self._records_flushed = 0
         self._write_errors = 0
         self._refused = 0
         self._torn = 0
+        self._restarts = 0
         self._last_error: str | None = None
         self._closed = False
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._drain_deadline = float("inf")
+        self._stopping = threading.Event()
+        self._child_lock = threading.Lock()
         if self._backlog:
             log.info(
                 "audit writer: replaying %d records (%d bytes) left in %s",
                 self._backlog, self._journal.pending_bytes, spill_dir,
             )  # fmt: skip
-        self._thread = threading.Thread(target=self._run, name="audit-writer", daemon=True)
-        self._thread.start()
+        try:
+            self._child = self._spawn()
+        except BaseException:
+            self._journal.close()
+            raise
+        self._watcher = threading.Thread(target=self._watch, name="audit-writer", daemon=True)
+        self._watcher.start()
 
     # -- the routing side -------------------------------------------------------------
 
     def enqueue(self, record: AuditRecord) -> None:
-        """Acknowledge a record: journal it and queue it; never waits on the database."""
-        line = encode_record(record)
+        """Acknowledge a record: journal it; never waits on the database."""
+        line, header = self._encoder.encode(record)
         limit = self.settings.max_spill_bytes
         with self._lock:
             if self._closed:
@@ -136,16 +148,8 @@ class AuditWriter:
                     f"audit spill journal holds {self._journal.pending_bytes} bytes "
                     f"(limit {limit}); database {shown_url(self.engine.url)} unreachable?"
                 )
-            lsn = self._journal.append(line)
+            self._journal.append(line, header)
             self._backlog += 1
-            if not self._overflow and len(self._pending) < self.settings.memory_queue_records:
-                self._pending.append((lsn, line))
-                wake = len(self._pending) == self.settings.batch_size
-            else:
-                self._overflow = True
-                wake = False
-        if wake:
-            self._wake.set()
 
     # -- gauges and counters ----------------------------------------------------------
 
@@ -154,13 +158,13 @@ class AuditWriter:
         with self._lock:
             return WriterStats(
                 queue_depth=self._backlog,
-                memory_queue=len(self._pending),
                 spill_bytes=self._journal.pending_bytes,
                 rows_written=self._rows_written,
                 records_flushed=self._records_flushed,
                 write_errors=self._write_errors,
                 refused=self._refused,
                 torn_records=self._torn,
+                process_restarts=self._restarts,
                 last_error=self._last_error,
             )
 
@@ -180,12 +184,17 @@ class AuditWriter:
     def write_errors(self) -> int:
         return self._write_errors
 
+    @property
+    def process_id(self) -> int:
+        """The writer process's pid (changes when it is restarted)."""
+        return self._child.pid
+
     def wait_flushed(self, timeout_s: float) -> bool:
         """Poll until every acknowledged record is in the database, or the timeout."""
         deadline = time.monotonic() + timeout_s
-        self._wake.set()
+        self._poke()
         while self._backlog > 0:
-            if time.monotonic() >= deadline or not self._thread.is_alive():
+            if time.monotonic() >= deadline or not self._watcher.is_alive():
                 return False
             time.sleep(0.005)
         return True
@@ -200,12 +209,20 @@ class AuditWriter:
                 return self.stats()
             self._closed = True
         started = time.monotonic()
-        self._drain_deadline = started + timeout
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout + 1.0)
-        if self._thread.is_alive():
-            log.warning("audit writer: thread still inside a database call after %.1fs", timeout)
+        self.wait_flushed(timeout)
+        with self._child_lock:
+            self._stopping.set()
+            child = self._child
+        if child.stdin is not None:
+            child.stdin.close()  # end-of-file: the child exits after its current batch
+        self._watcher.join(STOP_GRACE_S)
+        if self._watcher.is_alive():
+            log.warning(
+                "audit writer: process %d still inside a database call after %.1fs; killed",
+                child.pid, time.monotonic() - started,
+            )  # fmt: skip
+            child.kill()
+            self._watcher.join()
         self._journal.close()
         final = self.stats()
         took = time.monotonic() - started
@@ -233,106 +250,114 @@ class AuditWriter:
     ) -> None:
         self.close()
 
-    # -- the writer thread ------------------------------------------------------------
+    # -- the writer process -----------------------------------------------------------
 
-    def _run(self) -> None:
-        while True:
-            try:
-                if not self._step():
-                    return
-            except Exception as exc:
-                # Unexpected (a journal read, an fsync): everything is still in the
-                # journal, so forget the memory queue and replay from the last commit.
-                log.exception("audit writer: unexpected error; replaying from the journal")
-                self._record_failure(exc, first=False)
-                with self._lock:
-                    self._pending.clear()
-                    self._overflow = True
-                if self._stop.is_set() and time.monotonic() >= self._drain_deadline:
-                    return
-                time.sleep(self.settings.retry_max_s)
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        s = self.settings
+        config = ChildConfig(
+            self.engine.url.render_as_string(hide_password=False),
+            str(self._journal.directory.resolve()), self._journal.committed_lsn,
+            self._journal.live_from, s.batch_size, s.flush_interval_s, s.copy_min_rows,
+            s.retry_initial_s, s.retry_max_s,
+        )  # fmt: skip
+        env = dict(os.environ)
+        root = str(Path(slaguard.__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "slaguard.audit.writer_process"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env,
+        )  # fmt: skip
+        assert child.stdin is not None
+        child.stdin.write(msgspec.json.encode(config) + b"\n")
+        return child
 
-    def _step(self) -> bool:
-        """Sync the journal and write one batch; False when the thread should end."""
-        self._journal.sync()
-        if self._stop.is_set() and time.monotonic() >= self._drain_deadline:
-            return False  # drain time is up: the rest waits in the journal
-        taken = self._take_batch()
-        if taken is None:
-            if self._stop.is_set():
-                return False
-            self._wake.wait(self.settings.flush_interval_s)
-            self._wake.clear()
-            return True
-        lines, end_lsn, torn = taken
-        unreadable = self._write_with_retry(lines)
-        if unreadable is None:
-            return False
-        self._journal.commit(end_lsn)
-        with self._lock:
-            self._backlog -= len(lines)
-            self._torn += torn + unreadable
-            if self._overflow and not self._pending and self._journal.pending_bytes == 0:
-                self._overflow = False
-        return True
+    def _poke(self) -> None:
+        """Wake the child now (it polls the journal every flush interval otherwise)."""
+        stdin = self._child.stdin
+        try:
+            if stdin is not None:
+                stdin.write(b"w")
+        except (OSError, ValueError):
+            pass  # exiting or being replaced: the watcher handles it
 
-    def _take_batch(self) -> tuple[list[bytes], int, int] | None:
-        """Lines from memory, or from the journal once memory is drained after overflow."""
-        with self._lock:
-            if self._pending:
-                n = min(self.settings.batch_size, len(self._pending))
-                taken = [self._pending.popleft() for _ in range(n)]
-                return [line for _, line in taken], taken[-1][0], 0
-            if not self._overflow:
-                return None
-            start = self._journal.committed_lsn
-        result = self._journal.read(start, self.settings.batch_size)
-        if result.next_lsn == start:
-            with self._lock:
-                if self._journal.pending_bytes == 0:
-                    self._overflow = False
-            return None
-        return result.lines, result.next_lsn, result.torn
-
-    def _write_with_retry(self, lines: list[bytes]) -> int | None:
-        """Write until it works (unreadable line count) or the drain deadline passes
-        during close (None). A batch the server rejects for its content (not for being
-        unreachable) is retried with client-side decoding, which skips only bad lines."""
+    def _watch(self) -> None:
         backoff = self.settings.retry_initial_s
-        failures = 0
-        strict = False
         while True:
-            try:
-                with self.engine.begin() as conn:
-                    result = write_lines(conn, lines, self.settings.copy_min_rows, strict=strict)
-            except Exception as exc:
-                failures += 1
-                self._record_failure(exc, first=failures == 1)
-                if not strict and not is_unreachable(exc):
-                    strict = True
-                    continue
-                if self._stop.is_set() and time.monotonic() >= self._drain_deadline:
-                    return None
-                time.sleep(min(backoff, max(0.0, self._drain_deadline - time.monotonic())))
+            child = self._child
+            if self._pump(child):
+                backoff = self.settings.retry_initial_s
+            code = child.wait()
+            with self._child_lock:
+                if self._stopping.is_set():
+                    return
+            log.warning(
+                "audit writer: process %d exited (%s); restarting it, the journal holds "
+                "every unconfirmed record", child.pid, code,
+            )  # fmt: skip
+            while not self._stopping.wait(backoff):
                 backoff = min(backoff * 2, self.settings.retry_max_s)
-                continue
-            if failures:
-                log.info("audit writer: database back after %d failed attempts", failures)
-            with self._lock:
-                self._rows_written += result.inserted
-                self._records_flushed += len(lines) - result.unreadable
-            _notify(self._on_rows_written, result.inserted)
-            return result.unreadable
+                with self._child_lock:
+                    if self._stopping.is_set():
+                        return
+                    try:
+                        self._child = self._spawn()
+                    except OSError:
+                        log.exception("audit writer: could not start the writer process")
+                        continue
+                    self._restarts += 1
+                    break
+            else:
+                return
 
-    def _record_failure(self, exc: BaseException, first: bool) -> None:
-        text = str(exc).strip()
-        message = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+    def _pump(self, child: subprocess.Popen[bytes]) -> bool:
+        """Handle the child's reports until it exits, fsyncing the journal every flush
+        interval; True if it committed anything."""
+        assert child.stdout is not None
+        fd = child.stdout.fileno()
+        interval = self.settings.flush_interval_s
+        buffered = b""
+        committed = False
+        next_sync = time.monotonic() + interval
+        while True:
+            ready, _, _ = select.select([fd], [], [], max(0.0, next_sync - time.monotonic()))
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    child.stdout.close()
+                    self._sync()
+                    return committed
+                *messages, buffered = (buffered + chunk).split(b"\n")
+                for message in messages:
+                    committed |= self._handle(_decode_report(message))
+            if time.monotonic() >= next_sync:
+                self._sync()
+                next_sync = time.monotonic() + interval
+
+    def _sync(self) -> None:
+        try:
+            self._journal.sync()
+        except OSError:
+            log.exception("audit writer: fsync of the spill journal failed")
+
+    def _handle(self, report: BatchDone | WriteFailed) -> bool:
+        if isinstance(report, WriteFailed):
+            with self._lock:
+                self._write_errors += 1
+                self._last_error = report.message
+            level = logging.WARNING if report.first else logging.DEBUG
+            log.log(level, "audit writer: batch write failed, will retry: %s", report.message)
+            _notify(self._on_write_error, report.message)
+            return False
+        self._journal.commit(report.lsn)
         with self._lock:
-            self._write_errors += 1
-            self._last_error = message
-        level = logging.WARNING if first else logging.DEBUG
-        log.log(level, "audit writer: batch write failed, will retry: %s", message)
-        _notify(self._on_write_error, message)
+            self._backlog -= report.records
+            self._rows_written += report.inserted
+            self._records_flushed += report.records - report.unreadable
+            self._torn += report.torn + report.unreadable
+        if report.failures:
+            log.info("audit writer: database back after %d failed attempts", report.failures)
+        _notify(self._on_rows_written, report.inserted)
+        return True
 
 
 def _notify(callback: Callable[[_T], None] | None, value: _T) -> None:

@@ -1,14 +1,17 @@
 """Decisions and their explanations.
 
 An explanation keeps the router's arrays as they were at decision time and turns them
-into a JSON-able dict only when asked (the audit writer does that off the hot path).
+into a JSON-able dict only when asked. `render_explanation` is the one rendering: the
+audit writer process calls it on the arrays journalled raw by `enqueue()`, so the
+routing path never renders.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -48,6 +51,77 @@ class Outcome(StrEnum):
     NO_CAPACITY = "no_capacity"
 
 
+class ExplanationArrays(Protocol):
+    """What rendering reads: the router's arrays (the `Explanation`, or its raw journalled
+    copy in the audit writer process)."""
+
+    candidates: np.ndarray
+    reasons: np.ndarray
+    components: np.ndarray | None
+    scores: np.ndarray | None
+    v_peak_gb: float
+    v_used_gb: np.ndarray
+    limit_gb: np.ndarray
+    weights: tuple[float, ...]
+    weights_version: str
+    prefiltered_out: int
+    chosen: int | None
+    notes: list[str]
+    spill: dict[str, Any] | None
+    degraded_from: str | None
+
+
+def _rejected(
+    target_ids: Sequence[str], candidates: np.ndarray, reasons: np.ndarray
+) -> list[tuple[str, str]]:
+    return [
+        (target_ids[c], _REASON_TEXT_BY_CODE[r])
+        for c, r in zip(candidates.tolist(), reasons.tolist(), strict=True)
+        if r != 0
+    ]
+
+
+def render_explanation(
+    e: ExplanationArrays,
+    policy: str,
+    target_ids: Sequence[str],
+    card_ids: Sequence[str],
+    static_gb: np.ndarray,
+) -> dict[str, Any]:
+    """The JSON-able explanation (audit line, `?explain=1`); vectorised, ~20 us."""
+    ok = e.reasons == 0
+    chosen = e.candidates[ok]
+    cand = chosen.tolist()
+    v_used = e.v_used_gb[ok].round(3).tolist()
+    limit = e.limit_gb[ok].round(3).tolist()
+    v_peak = (static_gb[chosen] + e.v_peak_gb).round(3).tolist()
+    cands: list[dict[str, Any]] = [
+        {"target": target_ids[c], "card": card_ids[c], "v_h_gb": v, "v_peak_gb": p,
+         "limit_gb": lim}
+        for c, v, p, lim in zip(cand, v_used, v_peak, limit, strict=True)
+    ]  # fmt: skip
+    if e.components is not None and e.scores is not None:
+        rows = e.components[ok].round(4).tolist()
+        scores = e.scores[ok].round(4).tolist()
+        for entry, row, score in zip(cands, rows, scores, strict=True):
+            entry["components"] = dict(zip(COMPONENTS, row, strict=True))
+            entry["score"] = score
+    return {
+        "policy": policy,
+        "weights": dict(zip(COMPONENTS, e.weights, strict=True)),
+        "weights_version": e.weights_version,
+        "candidates": cands,
+        "rejected": [
+            {"target": t, "reason": r} for t, r in _rejected(target_ids, e.candidates, e.reasons)
+        ],
+        "prefiltered_out": e.prefiltered_out,
+        "chosen": None if e.chosen is None else target_ids[e.chosen],
+        "spill": e.spill,
+        "degraded_from": e.degraded_from,
+        "notes": list(e.notes),
+    }
+
+
 @dataclass(slots=True)
 class Explanation:
     """Everything needed to answer "why did this request go there?"."""
@@ -71,44 +145,14 @@ class Explanation:
 
     def rejected(self) -> list[tuple[str, str]]:
         """(target id, reason) for every candidate that was not eligible."""
-        ids = self.fleet.target_ids
-        return [
-            (ids[c], _REASON_TEXT_BY_CODE[r])
-            for c, r in zip(self.candidates.tolist(), self.reasons.tolist(), strict=True)
-            if r != 0
-        ]
+        return _rejected(self.fleet.target_ids, self.candidates, self.reasons)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form for the audit line and `?explain=1` (vectorised: ~20 us)."""
-        ids, cards = self.fleet.target_ids, self.fleet.card_ids
-        ok = self.reasons == 0
-        chosen = self.candidates[ok]
-        cand = chosen.tolist()
-        v_used = self.v_used_gb[ok].round(3).tolist()
-        limit = self.limit_gb[ok].round(3).tolist()
-        v_peak = (self.fleet.static_gb_array[chosen] + self.v_peak_gb).round(3).tolist()
-        cands: list[dict[str, Any]] = [
-            {"target": ids[c], "card": cards[c], "v_h_gb": v, "v_peak_gb": p, "limit_gb": lim}
-            for c, v, p, lim in zip(cand, v_used, v_peak, limit, strict=True)
-        ]
-        if self.components is not None and self.scores is not None:
-            rows = self.components[ok].round(4).tolist()
-            scores = self.scores[ok].round(4).tolist()
-            for entry, row, score in zip(cands, rows, scores, strict=True):
-                entry["components"] = dict(zip(COMPONENTS, row, strict=True))
-                entry["score"] = score
-        return {
-            "policy": self.arm.value,
-            "weights": dict(zip(COMPONENTS, self.weights, strict=True)),
-            "weights_version": self.weights_version,
-            "candidates": cands,
-            "rejected": [{"target": t, "reason": r} for t, r in self.rejected()],
-            "prefiltered_out": self.prefiltered_out,
-            "chosen": None if self.chosen is None else ids[self.chosen],
-            "spill": self.spill,
-            "degraded_from": self.degraded_from,
-            "notes": list(self.notes),
-        }
+        """JSON-able form for the audit line and `?explain=1`."""
+        fleet = self.fleet
+        return render_explanation(
+            self, self.arm.value, fleet.target_ids, fleet.card_ids, fleet.static_gb_array
+        )
 
 
 @dataclass(slots=True)

@@ -1,0 +1,178 @@
+"""The audit writer process: journal segments in, database batches out.
+
+Started by `writer.AuditWriter` as `python -m slaguard.audit.writer_process`, so decoding,
+rendering explanations and database calls never take the routing process's GIL. It reads
+the parent's spill journal from the committed LSN in order, writes batches of up to
+`batch_size` lines in one transaction each (idempotent by request id, see `sink`), and
+reports every committed batch and every failed attempt on stdout as one JSON line. Its
+stdin is the parent's control pipe: any byte wakes it, end-of-file (parent closing or
+dead) makes it exit, so it never outlives the parent. It ignores SIGINT/SIGTERM: the
+parent decides when to stop, after draining.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import sys
+from pathlib import Path
+from typing import BinaryIO
+
+import msgspec
+from sqlalchemy import Engine
+
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.lines import FLEET_TAG, FleetLabels, decode_lines
+from slaguard.audit.sink import is_unreachable, write_batch
+from slaguard.audit.spill import read_journal, segment_files
+
+log = logging.getLogger(__name__)
+CONTROL_FD = 0
+
+
+class ChildConfig(msgspec.Struct):
+    """The first line the parent writes on the control pipe."""
+
+    url: str
+    spill_dir: str
+    start_lsn: int
+    live_from: int
+    batch_size: int
+    flush_interval_s: float
+    copy_min_rows: int
+    retry_initial_s: float
+    retry_max_s: float
+
+
+class BatchDone(msgspec.Struct, tag="batch"):
+    """Every line before `lsn` is in the database (`records` excludes fleet headers)."""
+
+    lsn: int
+    records: int
+    inserted: int
+    unreadable: int
+    torn: int
+    failures: int
+
+
+class WriteFailed(msgspec.Struct, tag="error"):
+    """One failed batch attempt (it is retried)."""
+
+    message: str
+    first: bool
+
+
+Report = BatchDone | WriteFailed
+_encode = msgspec.json.Encoder().encode
+
+
+def wait_control(timeout_s: float) -> bool:
+    """Sleep up to `timeout_s`, woken early by the parent; False once the parent is gone."""
+    ready, _, _ = select.select([CONTROL_FD], [], [], timeout_s)
+    return not ready or bool(os.read(CONTROL_FD, 4096))
+
+
+def error_message(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+class _Child:
+    def __init__(self, cfg: ChildConfig, reports: BinaryIO) -> None:
+        self.cfg = cfg
+        self.reports = reports
+        self.spill = Path(cfg.spill_dir)
+        self.engine: Engine = create_audit_engine(cfg.url)
+        self.fleets: dict[str, FleetLabels] = {}
+        self.lsn = cfg.start_lsn
+
+    def send(self, report: Report) -> None:
+        self.reports.write(_encode(report) + b"\n")
+
+    def load_headers(self) -> None:
+        """Starting mid-segment (a restart): the fleet lines before `lsn` in that segment."""
+        starts = [start for start, _, _ in segment_files(self.spill) if start <= self.lsn]
+        if not starts or starts[-1] == self.lsn:
+            return
+        head = read_journal(self.spill, starts[-1], 1 << 62, self.cfg.live_from, self.lsn)
+        decode_lines([line for line in head.lines if line.startswith(FLEET_TAG)], True, self.fleets)
+
+    def run(self) -> None:
+        self.load_headers()
+        while True:
+            result = read_journal(self.spill, self.lsn, self.cfg.batch_size, self.cfg.live_from)
+            if result.next_lsn == self.lsn:
+                if not wait_control(self.cfg.flush_interval_s):
+                    return
+                continue
+            if not wait_control(0):
+                return
+            done = self.write(result.lines)
+            if done is None:
+                return
+            inserted, unreadable, failures = done
+            headers = sum(1 for line in result.lines if line.startswith(FLEET_TAG))
+            self.lsn = result.next_lsn
+            self.send(
+                BatchDone(
+                    self.lsn, len(result.lines) - headers, inserted, unreadable, result.torn,
+                    failures,
+                )
+            )  # fmt: skip
+
+    def write(self, lines: list[bytes]) -> tuple[int, int, int] | None:
+        """(inserted, unreadable, failed attempts), retrying with capped backoff; None when
+        the parent went away meanwhile. A batch the server refuses for its content (not
+        for being unreachable) is retried with every line checked, skipping bad ones."""
+        backoff = self.cfg.retry_initial_s
+        failures = 0
+        strict = False
+        batch = decode_lines(lines, strict, self.fleets)
+        while True:
+            try:
+                with self.engine.begin() as conn:
+                    inserted = write_batch(conn, batch, self.cfg.copy_min_rows)
+                return inserted, batch.unreadable, failures
+            except Exception as exc:
+                failures += 1
+                self.send(WriteFailed(error_message(exc), failures == 1))
+                if not strict and not is_unreachable(exc):
+                    strict = True
+                    batch = decode_lines(lines, strict, self.fleets)
+                    continue
+            if not wait_control(backoff):
+                return None
+            backoff = min(backoff * 2, self.cfg.retry_max_s)
+
+
+def _read_config() -> ChildConfig:
+    data = b""
+    while b"\n" not in data:
+        chunk = os.read(CONTROL_FD, 4096)
+        if not chunk:
+            raise SystemExit(0)  # the parent went away before configuring us
+        data += chunk
+    return msgspec.json.decode(data.split(b"\n", 1)[0], type=ChildConfig)
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    reports = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # stray prints must not corrupt the report stream
+    logging.basicConfig(
+        level=logging.WARNING,
+        format=f"%(asctime)s %(levelname)s audit-writer-process[{os.getpid()}] %(message)s",
+    )
+    # A broken report pipe means the parent is gone: what we did not report is still in
+    # its journal and replays (idempotently) on the next start.
+    with contextlib.suppress(BrokenPipeError):
+        _Child(_read_config(), reports).run()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

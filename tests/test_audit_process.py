@@ -1,0 +1,103 @@
+"""The writer process: restarted when it dies, gone when its parent dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, select
+
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.migrate import upgrade
+from slaguard.audit.models import Decision
+from slaguard.audit.sample import synthetic_run
+from slaguard.audit.writer import AuditWriter, WriterSettings
+
+N = 3000
+RUN = synthetic_run(N, seed=5)
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie awaiting its reaper counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def stored(engine: Engine) -> list[str]:
+    with engine.connect() as conn:
+        return list(conn.execute(select(Decision.request_id)).scalars())
+
+
+def test_a_killed_writer_process_is_restarted_and_nothing_is_lost(
+    audit_engine: Engine, tmp_path: Path
+) -> None:
+    half = N // 2
+    with AuditWriter(audit_engine, tmp_path / "spill", WriterSettings(batch_size=200)) as w:
+        first = w.process_id
+        for record in RUN.decisions[:half]:
+            w.enqueue(record)
+        wait_for(lambda: w.rows_written > 0, 30, "the first committed batch")
+        os.kill(first, signal.SIGKILL)
+        for record in RUN.decisions[half:]:
+            w.enqueue(record)
+        assert w.wait_flushed(60), w.stats()
+        stats = w.stats()
+        assert w.process_id != first and not alive(first)
+    assert stats.process_restarts == 1
+    assert stats.rows_written == N
+    ids = stored(audit_engine)
+    assert len(ids) == len(set(ids)) == N
+
+
+PARENT = """
+import sys, threading
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.sample import synthetic_run
+from slaguard.audit.writer import AuditWriter
+writer = AuditWriter(create_audit_engine(sys.argv[1]), sys.argv[2])
+for record in synthetic_run(200, seed=5).decisions:
+    writer.enqueue(record)
+print(writer.process_id, flush=True)
+threading.Event().wait()
+"""
+
+
+@pytest.mark.parametrize("database", ["reachable", "unreachable"])
+def test_a_sigkilled_parent_leaves_no_writer_process(tmp_path: Path, database: str) -> None:
+    if database == "reachable":
+        url = f"sqlite:///{tmp_path / 'a.db'}"
+        upgrade(create_audit_engine(url))
+    else:
+        url = "postgresql+psycopg://postgres@127.0.0.1:1/nowhere"  # retrying, backing off
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, url, str(tmp_path / "spill")], stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    assert alive(child)
+    parent.send_signal(signal.SIGKILL)
+    assert parent.wait(10) == -signal.SIGKILL
+    wait_for(lambda: not alive(child), 10, f"writer process {child} to exit")
+    if database == "reachable":
+        engine = create_audit_engine(url)
+        with AuditWriter(engine, tmp_path / "spill") as restarted:
+            assert restarted.wait_flushed(30)
+        assert sorted(stored(engine)) == sorted(d.request_id for d in RUN.decisions[:200])

@@ -1,0 +1,138 @@
+"""The raw journalled explanation renders, in the writer process, to exactly to_dict()."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers import req
+from sqlalchemy import Engine, text
+
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.from_scheduler import decision_record
+from slaguard.audit.lines import (
+    FLEET_TAG,
+    RAW_DECISION_TAG,
+    JournalEncoder,
+    decode_lines,
+    json_encoder,
+)
+from slaguard.audit.records import DecisionRecord
+from slaguard.audit.spill import SEGMENT_SUFFIX
+from slaguard.audit.writer import AuditWriter, WriterSettings
+from slaguard.fleet import Priority, load_fleet
+from slaguard.scheduler.core import Scheduler
+from slaguard.scheduler.explain import Decision, Outcome
+from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN
+
+
+def every_outcome() -> list[Decision]:
+    """Routed (both arms, one with an unhealthy target), degraded, spilled, and
+    no-capacity decisions (unknown model, context too long, spill refused)."""
+    sched = Scheduler(load_fleet())
+    sched.state.set_healthy(sched.fleet.target("l40s-8b-3").index, False)
+    out = [
+        sched.decide(req("routed"), 0.0, LEARNED),
+        sched.decide(req("rr"), 0.0, ROUND_ROBIN),
+        sched.decide(req("unknown", model="gpt-9"), 0.0, LEARNED),
+        sched.decide(req("too-long", prompt=200_000), 0.0, ROUND_ROBIN),
+    ]
+    blocks = tuple(range(8))
+    first = sched.decide(req("a", prompt=4096, prefix_id="p", prefix_blocks=blocks), 0.0, LEARNED)
+    assert first.target is not None
+    home = first.target
+    sched.state.refresh(home.index, 0.0, kv_used_gb=home.kv_budget_gb)
+    spill = req("spilled", prompt=4096, prefix_id="p", prefix_blocks=blocks, priority=Priority.HIGH)
+    out.append(sched.decide(spill, 0.0, LEARNED))
+    for t in sched.fleet:
+        if t.model.id == "llama3.1-8b" and t != home:
+            sched.state.refresh(t.index, 0.0, kv_used_gb=0.95 * t.kv_budget_gb)
+    low = req("refused", prompt=400, gen=10, prefix_id="p", prefix_blocks=blocks,
+              priority=Priority.LOW)  # fmt: skip
+    out.append(sched.decide(low, 0.0, LEARNED))
+    for t in sched.fleet:
+        if t.model.id == "llama3.1-70b":
+            sched.state.refresh(t.index, 0.0, queue_depth=200)
+    big = req("degraded", prompt=2000, model="llama3.1-70b", priority=Priority.HIGH, deadline=1.5)
+    out.append(sched.decide(big, 0.0, LEARNED))
+    return out
+
+
+DECISIONS = every_outcome()
+
+
+def record(d: Decision) -> DecisionRecord:
+    return decision_record(
+        d, decided_at_s=1_796_000_000.0, fleet_mode="learned", config_hash="c", latency_s=1e-4
+    )
+
+
+def test_the_cases_cover_every_outcome() -> None:
+    assert {d.outcome for d in DECISIONS} == set(Outcome)
+    spilled = [d for d in DECISIONS if d.outcome is Outcome.SPILLED]
+    assert spilled and spilled[0].explanation.spill is not None
+
+
+def test_raw_lines_render_to_exactly_what_to_dict_gives() -> None:
+    encoder = JournalEncoder()
+    lines: list[bytes] = []
+    for d in DECISIONS:
+        line, header = encoder.encode(record(d))
+        assert line.startswith(RAW_DECISION_TAG) and header is not None
+        if not lines:
+            lines.append(header[1])
+        lines.append(line)
+    assert lines[0].startswith(FLEET_TAG)
+    batch = decode_lines(lines, fleets={})
+    assert (batch.unreadable, batch.headers) == (0, 1)
+    stored = [row[12] for row in batch.decision_rows]
+    assert stored == [json_encoder.encode(d.explanation.to_dict()).decode() for d in DECISIONS]
+
+
+def test_a_raw_line_without_its_fleet_line_is_unreadable() -> None:
+    line, _ = JournalEncoder().encode(record(DECISIONS[0]))
+    assert decode_lines([line], fleets={}).unreadable == 1
+
+
+def test_mapping_explanations_still_travel_as_json() -> None:
+    rec = record(DECISIONS[0])
+    plain = DecisionRecord(**{**_fields(rec), "explanation": {"chosen": "x", "notes": []}})
+    line, header = JournalEncoder().encode(plain)
+    assert header is None
+    assert decode_lines([line]).decision_rows[0][12] == '{"chosen":"x","notes":[]}'
+
+
+def _fields(rec: DecisionRecord) -> dict[str, object]:
+    return {name: getattr(rec, name) for name in DecisionRecord.__slots__}
+
+
+def test_the_database_stores_the_rendered_json(audit_engine: Engine, tmp_path: Path) -> None:
+    with AuditWriter(audit_engine, tmp_path / "spill") as writer:
+        for d in DECISIONS:
+            writer.enqueue(record(d))
+        assert writer.wait_flushed(30), writer.stats()
+    cast = "explanation::text" if audit_engine.dialect.name == "postgresql" else "explanation"
+    with audit_engine.connect() as conn:
+        rows = dict(conn.execute(text(f"SELECT request_id, {cast} FROM decisions")).all())
+    assert len(rows) == len(DECISIONS)
+    for d in DECISIONS:
+        assert rows[d.request_id] == json_encoder.encode(d.explanation.to_dict()).decode()
+
+
+def test_every_segment_carries_its_fleet_line_and_decodes_alone(
+    audit_engine: Engine, tmp_path: Path
+) -> None:
+    spill = tmp_path / "spill"
+    down = create_audit_engine("postgresql+psycopg://postgres@127.0.0.1:1/nowhere")
+    writer = AuditWriter(down, spill, WriterSettings(segment_bytes=4096))
+    for i in range(30):
+        d = DECISIONS[i % len(DECISIONS)]
+        writer.enqueue(DecisionRecord(**{**_fields(record(d)), "request_id": f"seg-{i}"}))
+    assert writer.close(drain_timeout_s=0).queue_depth == 30
+    segments = sorted(spill.glob(f"*{SEGMENT_SUFFIX}"))
+    assert len(segments) > 3
+    assert all(path.read_bytes().startswith(FLEET_TAG) for path in segments)
+    segments[0].unlink()  # a later segment still decodes without the first one
+    with AuditWriter(audit_engine, spill) as replay:
+        assert replay.wait_flushed(30), replay.stats()
+        assert replay.stats().torn_records == 0
+        assert 0 < replay.rows_written < 30
