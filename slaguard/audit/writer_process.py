@@ -7,7 +7,9 @@ the parent's spill journal from the committed LSN in order, writes batches of up
 reports every committed batch and every failed attempt on stdout as one JSON line. Its
 stdin is the parent's control pipe: any byte wakes it, end-of-file (parent closing or
 dead) makes it exit, so it never outlives the parent. It ignores SIGINT/SIGTERM: the
-parent decides when to stop, after draining.
+parent decides when to stop, after draining. It runs niced (`WriterSettings.process_nice`)
+so that on a busy box the kernel gives the router's process the CPU first; the writer
+catches up in the gaps, its backlog held in the journal.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class ChildConfig(msgspec.Struct):
     copy_min_rows: int
     retry_initial_s: float
     retry_max_s: float
+    nice: int
 
 
 class BatchDone(msgspec.Struct, tag="batch"):
@@ -161,6 +164,8 @@ def _read_config() -> ChildConfig:
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    cfg = _read_config()
+    os.nice(cfg.nice)
     reports = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # stray prints must not corrupt the report stream
     logging.basicConfig(
@@ -170,7 +175,7 @@ def main() -> None:
     # A broken report pipe means the parent is gone: what we did not report is still in
     # its journal and replays (idempotently) on the next start.
     with contextlib.suppress(BrokenPipeError):
-        _Child(_read_config(), reports).run()
+        _Child(cfg, reports).run()
     sys.exit(0)
 
 
