@@ -10,12 +10,13 @@ service (and the emulator) in their own processes.
 3. Gateway overhead: TTFT of a streamed 1-token completion through slaguard minus TTFT
    straight to the emulator, alternating, `--gateway-requests` each.
 
-Every phase also reports the service process's CPU per request (user + system time from
-/proc, its idle rate measured first and subtracted), which does not depend on how busy
-the rest of the machine is. The machine has 2 cores: the service, the emulator and this
-load generator (on uvloop, to take less of them) share them with whatever else runs,
-so latencies include that contention; the load average is printed with the results.
-Usage: `python bench/http.py [--json]`.
+Every phase also reports the service's CPU per request (user + system time from /proc of
+the service process and of its children, i.e. the audit writer process, each shown; the
+idle rate measured just before the phase subtracted), which does not depend on how busy
+the rest of the machine is, and this load generator's own CPU per request. The machine has
+2 cores: the service, the emulator and this load generator (on uvloop, to take less of
+them) share them with whatever else runs, so latencies include that contention; the load
+average is printed after each phase. Usage: `python bench/http.py [--json]`.
 """
 
 from __future__ import annotations
@@ -73,29 +74,65 @@ def wait_ok(url: str, timeout_s: float = 30.0) -> None:
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """User + system CPU seconds of a process so far (Linux /proc); 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def children(pid: int) -> list[int]:
+    """The live child processes of `pid` (the service's audit writer)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
 class CpuMeter:
-    """The service's CPU per request in one phase, net of its idle rate (loops, scraper)."""
+    """The service's CPU per request in one phase, split into its main process and its
+    children (the audit writer), each net of its idle rate (loops, scraper) measured
+    just before the phase."""
 
     def __init__(self, pid: int, idle_s: float = 2.0) -> None:
         self.pid = pid
-        start, t0 = cpu_s(pid), time.monotonic()
-        time.sleep(idle_s)
-        self.idle_rate = (cpu_s(pid) - start) / (time.monotonic() - t0)
+        self.idle_s = idle_s
+        self.idle_rate = (0.0, 0.0)
 
-    def per_request_us(self, cpu_before: float, wall_s: float, requests: int) -> float:
-        used = cpu_s(self.pid) - cpu_before - self.idle_rate * wall_s
-        return round(max(used, 0.0) / max(requests, 1) * 1e6, 1)
+    def sample(self) -> tuple[float, float]:
+        """(main process, children) CPU seconds so far."""
+        return cpu_s(self.pid), sum(cpu_s(c) for c in children(self.pid))
 
-    def measure(self, requests: int, run: Callable[[], _R]) -> tuple[_R, float]:
-        """Run one phase; its result and the service CPU (us) per request."""
-        before, t0 = cpu_s(self.pid), time.monotonic()
+    def measure_idle(self) -> tuple[float, float]:
+        """CPU per second of the idle service (main, children)."""
+        (m0, c0), t0 = self.sample(), time.monotonic()
+        time.sleep(self.idle_s)
+        (m1, c1), took = self.sample(), time.monotonic() - t0
+        self.idle_rate = ((m1 - m0) / took, (c1 - c0) / took)
+        return self.idle_rate
+
+    def measure(self, requests: int, run: Callable[[], _R]) -> tuple[_R, dict[str, float]]:
+        """Run one phase; its result and the CPU (us) per request: `service_cpu_us` (main
+        process + children), `service_main_cpu_us`, `service_children_cpu_us`,
+        `loadgen_cpu_us` (this process) and the load average after it."""
+        self.measure_idle()
+        (m0, c0), t0, own0 = self.sample(), time.monotonic(), time.process_time()
         result = run()
-        return result, self.per_request_us(before, time.monotonic() - t0, requests)
+        (m1, c1), wall = self.sample(), time.monotonic() - t0
+        n = max(requests, 1)
+        main = max(m1 - m0 - self.idle_rate[0] * wall, 0.0) / n * 1e6
+        kids = max(c1 - c0 - self.idle_rate[1] * wall, 0.0) / n * 1e6
+        return result, {
+            "service_cpu_us": round(main + kids, 1),
+            "service_main_cpu_us": round(main, 1),
+            "service_children_cpu_us": round(kids, 1),
+            "loadgen_cpu_us": round((time.process_time() - own0) / n * 1e6, 1),
+            "load_average_1m": round(os.getloadavg()[0], 2),
+        }
 
 
 async def _conn_worker(
@@ -132,7 +169,7 @@ async def open_loop(url: str, method: str, path: str, body: bytes, rate: float, 
         )
         for _ in range(connections)
     ]
-    start, cpu_start = time.perf_counter(), time.process_time()
+    start = time.perf_counter()
     n = int(rate * seconds)
     for i in range(n):
         at = start + i / rate
@@ -152,7 +189,6 @@ async def open_loop(url: str, method: str, path: str, body: bytes, rate: float, 
         "p99_ms": round(float(np.percentile(arr, 99)), 3),
         "max_ms": round(float(arr.max()), 3),
         "errors": len(errors) + (n - len(latencies)),
-        "loadgen_cpu_us": round((time.process_time() - cpu_start) / max(n, 1) * 1e6, 1),
     }
 
 
@@ -220,7 +256,7 @@ def sweep(svc: str, meter: CpuMeter, args: argparse.Namespace) -> dict[str, obje
                 open_loop, svc, method, path, body, rate, args.sweep_seconds, args.connections
             )
             r, cpu = meter.measure(int(rate * args.sweep_seconds), lambda: uvloop.run(run()))  # noqa: B023
-            step[name] = {**r, "service_cpu_us": cpu}
+            step[name] = {**r, **cpu}
             time.sleep(1.0)  # let the writer and any queue drain before the next run
         steps.append(step)
         route = step["route"]
@@ -277,6 +313,7 @@ def main() -> None:
         for t in ["h100-8b", *(f"l40s-8b-{i}" for i in range(6))]:
             httpx.post(f"{svc}/v1/telemetry", json={"target": t, "queue_depth": 0})
         meter = CpuMeter(procs[1].pid)
+        idle = meter.measure_idle()
         n = int(args.rate * args.seconds)
 
         def at_rate(method: str, path: str, body: bytes) -> dict[str, float]:
@@ -285,24 +322,29 @@ def main() -> None:
 
         base, base_cpu = meter.measure(n, lambda: at_rate("GET", "/healthz", b""))
         route, route_cpu = meter.measure(n, lambda: at_rate("POST", "/v1/route", ROUTE_BODY))
-        base["service_cpu_us"], route["service_cpu_us"] = base_cpu, route_cpu
+        base.update(base_cpu)
+        route.update(route_cpu)
         route["decisions_in_db"] = stored_decisions(
             tmp / "audit.db", route["requests"] - route["errors"]
         )
         found = sweep(svc, meter, args) if args.sweep else None
+        # Per request through the gateway: the service served the warm-up and the
+        # through-slaguard half of the pairs, not the direct ones.
         gw, gw_cpu = meter.measure(
-            2 * args.gateway_requests + 20,
+            args.gateway_requests + 20,
             lambda: uvloop.run(gateway_overhead(emu, svc, args.gateway_requests)),
         )
-        gw["service_cpu_us"] = gw_cpu
-        idle = round(meter.idle_rate * 100, 2)
+        gw_cpu["loadgen_cpu_us"] = round(gw_cpu["loadgen_cpu_us"] / 2, 1)  # it sent both halves
+        gw.update(gw_cpu)
     finally:
         for p in procs:
             p.terminate()
             p.wait(15)
     result = {
         "healthz_baseline": base, "route": route, "sweep": found, "gateway": gw,
-        "service_idle_cpu_pct": idle, "cores": os.cpu_count(),
+        "service_idle_cpu_pct": {"main": round(idle[0] * 100, 2),
+                                 "children": round(idle[1] * 100, 2)},
+        "cores": os.cpu_count(),
         "emulator_speedup": args.emulator_speedup,
         "load_average": {"before": load_before, "after": os.getloadavg()},
     }  # fmt: skip
@@ -312,14 +354,23 @@ def main() -> None:
     report(result)
 
 
+def cpu_text(r: dict[str, Any]) -> str:
+    """Service CPU per request (main process + audit writer), the load generator's, load."""
+    return (
+        f"{r['service_cpu_us']:>7} ({r['service_main_cpu_us']} + {r['service_children_cpu_us']})"
+        f" loadgen {r['loadgen_cpu_us']:>6} load {r['load_average_1m']:.2f}"
+    )
+
+
 def report(result: dict[str, Any]) -> None:
-    """The human-readable tables."""
+    """The human-readable tables (CPU in us per request: service total (main process +
+    audit writer process), this load generator's, and the 1-minute load average)."""
     base, route, found, gw = (result[k] for k in ("healthz_baseline", "route", "sweep", "gateway"))
     print(f"{'endpoint':<22}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}"
-          f"{'CPU us/req':>12}")  # fmt: skip
+          f"   service CPU us/req (main + writer), loadgen us/req, load")  # fmt: skip
     for name, r in (("GET /healthz (floor)", base), ("POST /v1/route", route)):
         print(f"{name:<22}{r['achieved_rps']:>9}{r['p50_ms']:>9}{r['p99_ms']:>9}"
-              f"{r['max_ms']:>9}{r['errors']:>8}{r['service_cpu_us']:>12}")  # fmt: skip
+              f"{r['max_ms']:>9}{r['errors']:>8}   {cpu_text(r)}")  # fmt: skip
     print(f"decisions in the audit DB: {route['decisions_in_db']} of {route['requests']}")
     if found:
         print(f"\n/v1/route sweep (goal p99 <= {found['p99_goal_ms']} ms)")
@@ -327,8 +378,8 @@ def report(result: dict[str, Any]) -> None:
             h, r = st["healthz"], st["route"]
             print(
                 f"  {st['offered_rps']:>6.0f}/s route {r['achieved_rps']:>7}/s p50 {r['p50_ms']:>8}"
-                f" p99 {r['p99_ms']:>9} err {r['errors']} CPU {r['service_cpu_us']:>7} us/req"
-                f" | healthz p50 {h['p50_ms']:>8} p99 {h['p99_ms']:>9}"
+                f" p99 {r['p99_ms']:>9} err {r['errors']} CPU {cpu_text(r)}"
+                f" | healthz p50 {h['p50_ms']:>8} p99 {h['p99_ms']:>9} CPU {h['service_cpu_us']}"
             )
         print(f"  highest rate at the goal: {found['max_rate_at_goal']}")
     print(f"\nTTFT, 1-token stream, {gw['requests']} each, emulator speedup "
@@ -338,12 +389,13 @@ def report(result: dict[str, Any]) -> None:
     print(f"  overhead                      {gw['overhead_p50_ms']:>8}{gw['overhead_p99_ms']:>9}")
     print(f"  overhead, paired requests     {gw['paired_overhead_p50_ms']:>8}"
           f"{gw['paired_overhead_p99_ms']:>9}")  # fmt: skip
-    print(f"  service CPU per gateway request (incl. its direct twin's idle time): "
-          f"{gw['service_cpu_us']} us")  # fmt: skip
+    print(f"  CPU per request through the gateway: {cpu_text(gw)}")
     load = result["load_average"]
+    idle = result["service_idle_cpu_pct"]
     print(
-        f"\nservice idle CPU {result['service_idle_cpu_pct']} %; {result['cores']} cores; "
-        f"load average before {load['before'][0]:.2f}, after {load['after'][0]:.2f}"
+        f"\nservice idle CPU {idle['main']} % (+ writer {idle['children']} %); "
+        f"{result['cores']} cores; load average before {load['before'][0]:.2f}, "
+        f"after {load['after'][0]:.2f}"
     )
 
 

@@ -1,6 +1,6 @@
 """The ASGI app factory: every dependency is passed in, nothing is read from globals.
 
-`create_app(runtime, ...)` wires the routers, the hot-path middleware (`hotpath`), the
+`create_app(runtime, ...)` wires the routers, the hot-path dispatch (`hotpath`), the
 error format (every 4xx is `{"error": "<field>: <problem>; fix: ..."}`) and a lifespan
 that starts the background loops, the metrics scraper and the gateway's HTTP client, and
 stops them on shutdown.
@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from slaguard import __version__
 from slaguard.service import admin, gateway, views
-from slaguard.service.hotpath import HotPathMiddleware, direct_endpoints, validation_message
+from slaguard.service.hotpath import HotPathApp, direct_endpoints, validation_message
 from slaguard.service.loops import ServiceLoops
 from slaguard.service.runtime import FieldError, ServiceRuntime
 from slaguard.service.telemetry_scraper import MetricsScraper
@@ -65,7 +65,7 @@ def create_app(
     client: aiohttp.ClientSession | None = None,
     run_loops: bool = True,
     readiness: Callable[[], Awaitable[None]] | None = None,
-) -> FastAPI:
+) -> HotPathApp:
     """The service app. `client` overrides the forwarding/scraping aiohttp session (the
     caller then closes it); `run_loops=False` leaves the background jobs off."""
 
@@ -103,7 +103,9 @@ def create_app(
             if client is None:
                 await http.close()
 
-    app = FastAPI(
+    hot = [views.hot, gateway.router] if runtime.config.gateway.enabled else [views.hot]
+    app = HotPathApp(
+        hot_endpoints=direct_endpoints(hot),
         title="slaguard",
         version=__version__,
         description="Routing API and OpenAI-compatible gateway of the slaguard SLA guard.",
@@ -114,10 +116,8 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.admin_token = admin_token
-    hot = [views.hot, gateway.router] if runtime.config.gateway.enabled else [views.hot]
     for router in (*hot, views.router, admin.router):
         app.include_router(router)
-    app.add_middleware(HotPathMiddleware, endpoints=direct_endpoints(hot))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -27,12 +27,17 @@ from typing import Any
 
 import aiohttp
 from fastapi import APIRouter, HTTPException, Request, Response
-from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from slaguard.audit.records import RequestStatus
 from slaguard.fleet import Target
-from slaguard.service.hotpath import DirectRoute, error_response, invalid, json_body
+from slaguard.service.hotpath import (
+    DirectRoute,
+    RelayResponse,
+    error_response,
+    invalid,
+    json_body,
+)
 from slaguard.service.runtime import FieldError, Pending, Routed, ServiceRuntime
 from slaguard.service.schemas import ID_PATTERN, MAX_TOKENS, ErrorResponse
 from slaguard.service.sse_meter import StreamMeter
@@ -203,7 +208,6 @@ async def _proxy(
         doc["model"] = entry.served_model
         raw = json.dumps(doc).encode()
     up = await _open_upstream(request, rt, routed, path, raw, body.stream)
-    rt.record_decision(routed, decide_s)
     resp = up.response
     meter = StreamMeter(started)
     out_headers = {
@@ -216,13 +220,11 @@ async def _proxy(
             content = up.first + b"".join([chunk async for chunk in up.rest])
         finally:
             resp.release()
+        rt.record_decision(routed, decide_s)
         _finish_whole(rt, entry, meter, resp.status, content)
         return Response(content, resp.status, out_headers, media_type=media)
-    return StreamingResponse(
-        _relay(rt, routed, meter, up),
-        resp.status,
-        out_headers,
-        media_type=media,
+    return RelayResponse(
+        _relay(rt, routed, decide_s, meter, up), resp.status, out_headers, media_type=media
     )
 
 
@@ -312,14 +314,19 @@ def _finish_whole(
 
 
 async def _relay(
-    rt: ServiceRuntime, routed: Routed, meter: StreamMeter, up: Upstream
+    rt: ServiceRuntime, routed: Routed, decide_s: float, meter: StreamMeter, up: Upstream
 ) -> AsyncIterator[bytes]:
-    """Pass the backend's bytes through unchanged, metering them; never retry."""
+    """Pass the backend's bytes through unchanged, metering them; never retry. The
+    decision's audit record is enqueued once the first bytes went out: it is off the
+    first token's path."""
     status: RequestStatus = "ok"
+    recorded = False
     try:
         if up.first:
             meter.feed(up.first)
             yield up.first
+        rt.record_decision(routed, decide_s)
+        recorded = True
         async for chunk in up.rest:
             meter.feed(chunk)
             yield chunk
@@ -334,6 +341,8 @@ async def _relay(
         raise
     finally:
         up.response.release()
+        if not recorded:
+            rt.record_decision(routed, decide_s)
         end = time.perf_counter()
         ttft = None if meter.first_token_at is None else meter.first_token_at - meter.started
         usage = meter.usage or {}

@@ -10,18 +10,25 @@ Starlette `Request`, validate the raw body with the same pydantic model
 straight to them; every other request goes through FastAPI as before. The routes stay in
 FastAPI's table, so `/openapi.json` publishes their bodies (`json_body`) and another
 method on the same path still gets a 405.
+
+The dispatch happens in `HotPathApp.__call__`, before FastAPI's own middleware stack
+(ServerErrorMiddleware, its exception-telemetry and body-limit wrappers: ~10 us per
+request, none of which does anything for these endpoints), so an endpoint's unexpected
+exception is answered here with a 500 `{"error": "internal error"}` and re-raised for
+the server to log, as ServerErrorMiddleware does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 Endpoint = Callable[[Request], Coroutine[Any, Any, Response]]
 encode_json = msgspec.json.Encoder().encode
@@ -36,23 +43,81 @@ class DirectRoute(APIRoute):
         return endpoint
 
 
-class HotPathMiddleware:
-    """Send exact (method, path) matches to their `DirectRoute` endpoint, skipping FastAPI's
-    exception middleware and router; anything else passes through. It sits inside
-    FastAPI's ServerErrorMiddleware, so an unexpected exception is still a logged 500."""
+class HotPathApp(FastAPI):
+    """FastAPI, but an exact (method, path) match in `hot_endpoints` goes straight to its
+    `DirectRoute` endpoint; anything else (and the lifespan) goes through FastAPI."""
 
-    def __init__(self, app: ASGIApp, endpoints: Mapping[tuple[str, str], Endpoint]) -> None:
-        self.app = app
-        self.endpoints = dict(endpoints)
+    def __init__(self, *, hot_endpoints: Mapping[tuple[str, str], Endpoint], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.hot_endpoints = dict(hot_endpoints)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            endpoint = self.endpoints.get((scope["method"], scope["path"]))
+            endpoint = self.hot_endpoints.get((scope["method"], scope["path"]))
             if endpoint is not None:
-                response = await endpoint(Request(scope, receive))
+                scope["app"] = self
+                try:
+                    response = await endpoint(Request(scope, receive))
+                except Exception:
+                    await error_response(500, "internal error")(scope, receive, send)
+                    raise
                 await response(scope, receive, send)
                 return
-        await self.app(scope, receive, send)
+        await super().__call__(scope, receive, send)
+
+
+class RelayResponse(Response):
+    """A streamed answer without Starlette's StreamingResponse task group.
+
+    StreamingResponse runs the stream and a disconnect listener as two anyio tasks in a
+    task group, and only sends its headers once the stream task has been scheduled. This
+    sends headers and chunks from the request's own task; one plain asyncio task waits
+    for the client's disconnect and cancels it (the relay then records the stream as
+    failed, as before), and a cancellation of its own is absorbed here."""
+
+    def __init__(
+        self,
+        chunks: AsyncIterator[bytes],
+        status_code: int,
+        headers: Mapping[str, str],
+        media_type: str,
+    ) -> None:
+        self.chunks = chunks
+        self.status_code = status_code
+        self.media_type = media_type
+        self.background = None
+        self.init_headers(headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        state = {"streaming": True, "disconnected": False}
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if state["streaming"]:
+                state["disconnected"] = True
+                task.cancel()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                }
+            )
+            async for chunk in self.chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not state["disconnected"] or task.uncancel() > 0:
+                raise
+        finally:
+            state["streaming"] = False
+            watcher.cancel()
 
 
 def direct_endpoints(routers: Iterable[APIRouter]) -> dict[tuple[str, str], Endpoint]:
