@@ -222,3 +222,19 @@ def test_no_capacity_is_a_503(stack: Stack, tmp_path: Path) -> None:
     finally:
         for t in rt.fleet:
             rt.scheduler.state.set_healthy(t.index, True)
+
+
+def test_client_leaving_mid_stream_is_recorded_failed(stack: Stack) -> None:
+    started = time.monotonic()
+    with stack.client.stream(
+        "POST", "/v1/chat/completions", json=_chat(3000), headers={"X-Request-Id": "left-1"}
+    ) as r:
+        assert r.status_code == 200
+        first = next(r.iter_raw())
+        assert first.startswith(b"data: ")
+    left_after = time.monotonic() - started
+    out = stack.outcome("left-1").outcome
+    assert out["status"] == "failed" and out["ttft_s"] is not None
+    # The relay stopped when the client left, not when the 3,000-token answer ended.
+    assert out["e2e_s"] < left_after + 1.0
+    assert stack.service.runtime.pending["left-1"].done

@@ -7,6 +7,7 @@ A real service (real SQLite audit DB, real uvicorn on 127.0.0.1) answers over HT
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
 from collections.abc import Iterator
@@ -15,12 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from fastapi import Request, Response
 from pydantic import SecretStr
 
 from slaguard.fleet import Priority
 from slaguard.service.app import create_app
 from slaguard.service.bootstrap import Service, build_service
 from slaguard.service.config import load_config
+from slaguard.service.hotpath import HotPathApp
 from slaguard.service.local import ServerThread
 from slaguard.service.sse_meter import StreamMeter
 from slaguard.service.telemetry_scraper import ScrapeError, parse_vllm_metrics
@@ -65,6 +68,29 @@ def test_other_methods_on_hot_paths_still_get_405(served: tuple[Service, httpx.C
     for path in ("/v1/route", "/v1/feedback", "/v1/chat/completions"):
         r = client.get(path)
         assert r.status_code == 405, (path, r.status_code, r.text)
+
+
+def test_healthz_answers_on_the_hot_path(served: tuple[Service, httpx.Client]) -> None:
+    _, client = served
+    r = client.get("/healthz")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+    assert r.headers["content-type"] == "application/json"
+    assert client.post("/healthz").status_code == 405
+
+
+def test_unexpected_error_in_a_hot_endpoint_is_a_json_500() -> None:
+    async def broken(request: Request) -> Response:
+        raise RuntimeError("boom")
+
+    app = HotPathApp(hot_endpoints={("GET", "/broken"): broken})
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+
+    async def call() -> httpx.Response:
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return await client.get("/broken")
+
+    r = asyncio.run(call())
+    assert r.status_code == 500 and r.json() == {"error": "internal error"}
 
 
 def test_bad_explain_flag_names_the_parameter(served: tuple[Service, httpx.Client]) -> None:
