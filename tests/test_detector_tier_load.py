@@ -96,3 +96,38 @@ def test_sliding_sum_keeps_only_the_window() -> None:
     work.add("t", 10.0, 1e6)  # older than the window: ignored
     assert work.total("t", 70.0) == 1500.0
     assert work.total("t", 200.0) == 0.0 and work.total("other", 0.0) == 0.0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_load_excuse_holds_a_window_and_ends_when_served_work_falls_below_usual(seed: int) -> None:
+    """A 40 s burst (3x the requests), then a third of the usual requests: the tier is
+    excused from the first evaluation its served work reaches 1.5x its usual rate, stays
+    excused while the work is above usual (a backlog drains; at most a window after the
+    last 1.5x reading), and the excuse ends at the first evaluation that sees the work
+    below usual, not a whole window later."""
+    turn = FAULT_AT + 40
+
+    def stream() -> Iterator[GuardSample]:
+        for i, s in enumerate(Workload(rate_per_s=16.0, seed=seed).samples(0, END)):
+            s = dataclasses.replace(s, prompt_tokens=PROMPT)
+            if s.card_type != "l40s" or s.at_s < FAULT_AT:
+                yield s
+            elif s.at_s < turn:
+                yield from (dataclasses.replace(s, at_s=s.at_s + 0.01 * k) for k in range(3))
+            elif i % 3 == 0:
+                yield s
+
+    det = TtftZscoreDetector()
+    rows = [
+        (sec, tier["load_ratio_to_baseline"], tier["loaded"])
+        for sec, r in run_seconds(det, stream(), 1, END, det.evaluate)
+        if (tier := r.evidence["tiers"].get("l40s/llama3.1-8b")) is not None
+    ]
+    assert all(not loaded for sec, _, loaded in rows if sec < FAULT_AT)
+    known = [(sec, load, loaded) for sec, load, loaded in rows if load is not None]
+    first = next(sec for sec, load, _ in known if load >= 1.5)
+    assert FAULT_AT < first < FAULT_AT + 15
+    assert all(loaded for sec, load, loaded in known if first <= sec and load >= 1.0)
+    drained = next(sec for sec, load, _ in known if sec > first and load < 1.0)
+    assert turn < drained < turn + 30
+    assert not any(loaded for sec, _, loaded in rows if sec >= drained)

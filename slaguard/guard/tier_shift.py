@@ -18,6 +18,17 @@ is at least `tier_z_threshold` standard errors (SE of a median = 1.2533 x sigma 
 sqrt(n); sigma from the rest of the fleet's interquartile range, which has many more
 samples than one tier, floored at ln(1 + `mad_floor_rel`)): thin or heavy-tailed data
 needs a larger shift before it counts.
+
+Like load with like, when the samples carry prompt lengths: the statistic is TTFT per
+prompt token (`tier_statistic`), and a tier is excused while it is *loaded*: the prompt
+tokens it served over the window reached `tier_max_load_ratio` times its usual rate (a
+slow EWMA of that rate). A learned router hands its fastest cards the long prompts and
+the bursts, and their TTFT then rises with the work; a slow card serves the same or less
+work (the router moves load away from it). The excuse lasts a window after the last such
+reading (a backlog takes that long to drain) and ends as soon as the served work is back
+below the usual rate. The served work is counted at completion, not the requests in
+flight: by Little's law a slower card holds more requests in flight at the same arrival
+rate, so an in-flight count would excuse the very slowdown it should expose.
 """
 
 from __future__ import annotations
@@ -152,6 +163,8 @@ class TierShift:
             }
             if load is not None and load >= c.tier_max_load_ratio:
                 self._loaded_until[tier] = now_s + c.tier_window_s
+            elif load is not None and load < 1.0:
+                self._loaded_until.pop(tier, None)  # served work back below usual: drained
             loaded = now_s < self._loaded_until.get(tier, -math.inf)
             tiers[_key(tier)]["loaded"] = loaded
             if min(ratio, own) >= c.tier_min_ratio and z >= c.tier_z_threshold and not loaded:
