@@ -56,14 +56,65 @@ class HotPathApp(FastAPI):
             endpoint = self.hot_endpoints.get((scope["method"], scope["path"]))
             if endpoint is not None:
                 scope["app"] = self
+                body = await read_body(receive)
+                if body is None:
+                    return  # the client left before its body arrived: nobody to answer
                 try:
-                    response = await endpoint(Request(scope, receive))
+                    response = await endpoint(ReadRequest(scope, receive, body))
                 except Exception:
                     await error_response(500, "internal error")(scope, receive, send)
                     raise
                 await response(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
+
+
+async def read_body(receive: Receive) -> bytes | None:
+    """The whole request body straight from the server (None: the client disconnected);
+    Starlette's `Request.body()` goes through an async generator per request."""
+    message = await receive()
+    if message["type"] != "http.request":
+        return None
+    body: bytes = message.get("body", b"")
+    while message.get("more_body", False):
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        body += message.get("body", b"")
+    return body
+
+
+class ReadRequest(Request):
+    """A `Request` whose body `HotPathApp` has already read."""
+
+    def __init__(self, scope: Scope, receive: Receive, body: bytes) -> None:
+        super().__init__(scope, receive)
+        self._read = body
+
+    async def body(self) -> bytes:
+        return self._read
+
+
+class JsonBytes(Response):
+    """A JSON answer already encoded: its two headers built directly (Starlette's
+    `init_headers` looks each one up per response)."""
+
+    media_type = "application/json"
+
+    def __init__(
+        self, content: bytes, status_code: int = 200, headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.body = content
+        self.status_code = status_code
+        self.background = None
+        self.raw_headers = [
+            (b"content-length", str(len(content)).encode()),
+            (b"content-type", b"application/json"),
+            *(
+                (k.lower().encode("latin-1"), v.encode("latin-1"))
+                for k, v in (headers or {}).items()
+            ),
+        ]
 
 
 class RelayResponse(Response):
@@ -162,14 +213,12 @@ def _inline(schema: Any, definitions: Mapping[str, Any]) -> Any:
 
 def json_response(body: object, status: int = 200) -> Response:
     """A JSON answer encoded with msgspec (no pydantic response-model round trip)."""
-    return Response(encode_json(body), status, media_type="application/json")
+    return JsonBytes(encode_json(body), status)
 
 
 def error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
     """The service's error body, `{"error": "<field>: <problem>"}`."""
-    return Response(
-        encode_json({"error": message}), status, dict(headers or {}), "application/json"
-    )
+    return JsonBytes(encode_json({"error": message}), status, headers)
 
 
 def _where(loc: Sequence[Any]) -> str:

@@ -17,6 +17,7 @@ from slaguard.audit.records import OutcomeRecord
 from slaguard.audit.service import UnknownRequestError, explain
 from slaguard.service.hotpath import (
     DirectRoute,
+    JsonBytes,
     encode_json,
     error_response,
     invalid,
@@ -272,7 +273,7 @@ _HEALTHY = encode_json({"status": "ok"})
 async def healthz(request: Request) -> Response:
     """On the hot path too: probes and load balancers call it often, and it is the
     benchmark's floor (the HTTP stack alone)."""
-    return Response(_HEALTHY, media_type="application/json")
+    return JsonBytes(_HEALTHY)
 
 
 @router.get("/readyz", responses={503: {"model": ErrorResponse}}, summary="Readiness")
