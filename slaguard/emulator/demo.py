@@ -1,10 +1,17 @@
 """The full demo on one machine: emulated backends, `slaguard serve`, a trace, two faults.
 
 Five emulated replicas of different card types, the service in gateway mode with a short
-rollout plan, the Azure conversation trace replayed 4x faster, an L40S slowed down 6x
-mid-way and then a hot prompt. Every 5 s a line shows the rate, the fleet mode and the
-per-target TTFT; at the end it says where to look. Every process it starts is stopped,
-on success, failure or Ctrl-C.
+rollout plan, the Azure conversation trace replayed 3x faster, an L40S slowed down 6x
+once the fleet is on the learned policy, then a hot prompt. Every 5 s a line shows the
+rate, the fleet mode, demotions and the per-target TTFT; at the end it says where to
+look. Every process it starts is stopped, on success, failure or Ctrl-C: the load
+generator first (its requests in flight may finish, for a bounded time), then the
+service and the backends.
+
+The guard runs with `DEMO_GUARD`, its time scales shrunk to the demo's two minutes. With
+the defaults nothing could be demoted here: a target's TTFT change score needs a
+baseline 300 s old (restarted by every rollout stage), the peer score needs three
+targets of one card type and the tier test two, and the demo has one of each.
 """
 
 from __future__ import annotations
@@ -36,7 +43,19 @@ from slaguard.sim.traces import load_trace
 
 MODEL = "llama3.1-8b"
 CARDS = ("h100", "h200", "a100", "l40s", "ascend910b")
-SLOWED = "l40s-8b"
+SLOWED = "h200-8b"
+DEMO_GUARD = {
+    "ttft_zscore": {
+        "window_s": 20.0,
+        "slice_s": 2.0,
+        "tier_window_s": 20.0,
+        "min_samples": 10,
+        "demote_after_s": 6.0,
+    }
+}
+"""TTFT p99 over 20 s instead of 5 min (so the baselines are a window old 20 s after the
+last rollout stage), 10 samples instead of 30 (the learned policy sends the L40S ~1
+request/s), demoted after 6 s anomalous instead of 30."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +64,14 @@ class DemoPlan:
 
     duration_s: float = 105.0
     trace_speedup: float = 3.0
-    slow_at_s: float = 40.0
-    slow_factor: float = 6.0
-    hot_at_s: float = 70.0
+    slow_at_s: float = 22.0
+    slow_factor: float = 5.0
+    hot_at_s: float = 80.0
     hot_share: float = 0.6
-    baseline_s: float = 10.0
-    stage_s: float = 12.0
+    baseline_s: float = 48.0
+    stage_s: float = 8.0
+    drain_s: float = 15.0
+    """After the last request is sent, how long its answers in flight may take."""
 
 
 @dataclass
@@ -123,6 +144,7 @@ def running_stack(workdir: Path, plan: DemoPlan, console: Console) -> Iterator[S
             "notify_file": str(workdir / "incidents.jsonl"),
             "log_level": "warning",
             "rollout": {"baseline_s": plan.baseline_s, "stage_s": plan.stage_s},
+            "guard": DEMO_GUARD,
         }
         (workdir / "serve.yaml").write_text(yaml.safe_dump(serve_cfg, sort_keys=False))
         for url in stack.emulators.values():
@@ -158,9 +180,11 @@ async def _drive(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, li
         hot=HotWindow(plan.hot_at_s, plan.duration_s, plan.hot_share),
     )
     every: dict[str, list[float]] = {}
-    load = asyncio.create_task(gen.run(plan.duration_s))
+    load = asyncio.create_task(gen.run(plan.duration_s, plan.drain_s))
     started = time.monotonic()
     slowed = hot = False
+    seen_demoted: set[str] = set()
+    last_mode = "?"
     last_sent = 0
     async with httpx.AsyncClient(timeout=5) as client:
         while not load.done():
@@ -183,6 +207,20 @@ async def _drive(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, li
                 status = (await client.get(f"{stack.service_url}/v1/status")).json()
                 mode = status["mode"]["mode"]
                 demoted = [t["target"] for t in status["targets"] if t["demoted"]]
+                for t in status["targets"]:
+                    if t["demoted"] and t["target"] not in seen_demoted:
+                        seen_demoted.add(t["target"])
+                        console.print(
+                            f"[bold yellow]GUARD[/] {t['target']} demoted: TTFT p99 Z-score "
+                            f"{t['jitter_z']:.1f}, it now takes low-priority traffic only"
+                        )
+                if mode == "round_robin" and last_mode not in ("?", "round_robin"):
+                    console.print(
+                        f"[bold yellow]GUARD[/] breaker tripped: fleet {last_mode} -> {mode} "
+                        f"({status['mode']['reason'][:90]})",
+                        highlight=False,
+                    )
+                last_mode = mode
             window = gen.stats.take_window()
             for target, values in window.items():
                 every.setdefault(target, []).extend(values)
@@ -191,11 +229,26 @@ async def _drive(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, li
             )
             rate = (gen.stats.sent - last_sent) / 5.0
             last_sent = gen.stats.sent
+            if not gen.sending:
+                console.print(
+                    f"{elapsed:5.0f}s  load stopped: {gen.in_flight} answers in flight "
+                    f"(waiting up to {plan.drain_s:.0f}s)  mode={mode}  errors={gen.stats.errors}",
+                    highlight=False,
+                )
+                continue
             console.print(
                 f"{elapsed:5.0f}s  {rate:4.1f} req/s  mode={mode:<16} "
                 f"errors={gen.stats.errors}  demoted={demoted or '-'}  TTFT p50 s: {ttft}",
                 highlight=False,
             )
+    st = gen.stats
+    kinds = ", ".join(f"{k}: {n}" for k, n in sorted(st.error_kinds.items()))
+    console.print(
+        f"requests: {st.sent} sent, {st.ok} answered, {st.errors} errors"
+        f"{f' ({kinds})' if kinds else ''}, {st.cut_off} still in flight after the "
+        f"{plan.drain_s:.0f}s drain (cancelled, not errors)",
+        highlight=False,
+    )
     return every
 
 
@@ -252,6 +305,12 @@ def run_demo(workdir: Path, plan: DemoPlan | None = None, console: Console | Non
             f"replaying the Azure conversation trace {plan.trace_speedup:.0f}x for "
             f"{plan.duration_s:.0f}s; rollout: round-robin {plan.baseline_s:.0f}s, then 10/50/"
             f"100 % learned every {plan.stage_s:.0f}s"
+        )
+        z = DEMO_GUARD["ttft_zscore"]
+        console.print(
+            f"guard on the demo's time scale: TTFT p99 over {z['window_s']:.0f}s (default 300), "
+            f"demotion after {z['demote_after_s']:.0f}s anomalous (default 30)",
+            highlight=False,
         )
         every = asyncio.run(_drive(stack, plan, console))
         metrics = httpx.get(f"{stack.service_url}/metrics", timeout=5).text

@@ -5,6 +5,10 @@ loop: late answers never delay later arrivals). Prompts are `prompt_tokens x 4`
 characters of distinct text; `hot_share` of the requests inside a hot window carry one
 identical prompt instead (a hot prefix). Per-target TTFT (from the
 `x-slaguard-target` header) and errors are collected for the live display.
+
+At the end the generator stops sending and waits (bounded) for the requests in flight;
+those still running after that are cancelled and counted as `cut_off`, not as errors: a
+request the demo abandons is not a failure of the stack.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class LoadStats:
     sent: int = 0
     ok: int = 0
     errors: int = 0
+    cut_off: int = 0
     error_kinds: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     ttft_by_target: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
@@ -70,6 +75,8 @@ class LoadGenerator:
         self.prompt_tokens_cap = prompt_tokens_cap
         self.hot = hot
         self.stats = LoadStats()
+        self.sending = True
+        """False once the last arrival was sent (the rest is the drain)."""
         self._rng = np.random.default_rng(7)
 
     def _prompt(self, i: int, elapsed_s: float) -> str:
@@ -111,8 +118,13 @@ class LoadGenerator:
             self.stats.errors += 1
             self.stats.error_kinds[str(exc)[:40] or type(exc).__name__] += 1
 
-    async def run(self, duration_s: float) -> None:
-        """Send every arrival that falls within `duration_s` wall seconds, then wait."""
+    @property
+    def in_flight(self) -> int:
+        return self.stats.sent - self.stats.ok - self.stats.errors - self.stats.cut_off
+
+    async def run(self, duration_s: float, drain_s: float = 20.0) -> None:
+        """Send every arrival that falls within `duration_s` wall seconds, then wait up to
+        `drain_s` for the answers in flight and cancel (count as cut off) the rest."""
         limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
         timeout = httpx.Timeout(60.0, connect=5.0)
         async with httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=timeout) as c:
@@ -129,5 +141,10 @@ class LoadGenerator:
                 task = asyncio.create_task(self._one(c, i, loop.time() - start))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
+            self.sending = False
             if tasks:
-                await asyncio.wait(tasks, timeout=10)
+                _, late = await asyncio.wait(set(tasks), timeout=drain_s)
+                for task in late:
+                    task.cancel()
+                await asyncio.gather(*late, return_exceptions=True)
+                self.stats.cut_off += len(late)

@@ -118,6 +118,7 @@ def build_service(
         lease_for(engine.url, name),
         notifier,
         replica_id=name,
+        config=config.guard,
         plan=RolloutPlan(r.baseline_s, r.stage_s, r.stages_pct),
     )
     if _schema_problem(engine) is None:
