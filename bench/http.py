@@ -26,8 +26,9 @@ from pathlib import Path
 
 # Run as `python bench/http.py`, this file's folder comes first on sys.path and this
 # module would shadow the standard library's `http` package: drop that entry.
+# The folder goes back at the end, after the standard library, for `http_report`.
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)
+    sys.path.append(sys.path.pop(0))
 
 import argparse
 import asyncio
@@ -45,6 +46,7 @@ import httpx
 import numpy as np
 import uvloop
 import yaml
+from http_report import report
 
 from slaguard.service.local import free_port
 
@@ -228,6 +230,26 @@ async def gateway_overhead(direct: str, via: str, n: int) -> dict[str, float]:
     }
 
 
+async def gateway_load(via: str, n: int, concurrency: int) -> dict[str, float]:
+    """`n` streamed completions through slaguard, `concurrency` at a time: enough
+    requests per second that the service's CPU per request stands above its idle
+    noise (the paired phase runs one request at a time, ~50/s)."""
+    left = n
+    started = time.perf_counter()
+
+    async def worker(c: httpx.AsyncClient) -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            await ttft(c, via)
+
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(timeout=30, limits=limits) as c:
+        await asyncio.gather(*(worker(c) for _ in range(concurrency)))
+    took = time.perf_counter() - started
+    return {"requests": n, "concurrency": concurrency, "achieved_rps": round(n / took, 1)}
+
+
 def stored_decisions(db: Path, expected: int, timeout_s: float = 30.0) -> int:
     """Decisions in the audit DB once the writer caught up with `expected` (or timed out)."""
     deadline = time.monotonic() + timeout_s
@@ -279,6 +301,7 @@ def main() -> None:
     ap.add_argument("--sweep-seconds", type=float, default=5.0)
     ap.add_argument("--p99-goal-ms", type=float, default=5.0)
     ap.add_argument("--gateway-requests", type=int, default=500)
+    ap.add_argument("--gateway-concurrency", type=int, default=16)
     ap.add_argument(
         "--emulator-speedup",
         type=float,
@@ -336,6 +359,11 @@ def main() -> None:
         )
         gw_cpu["loadgen_cpu_us"] = round(gw_cpu["loadgen_cpu_us"] / 2, 1)  # it sent both halves
         gw.update(gw_cpu)
+        n_gw, conc = args.gateway_requests, args.gateway_concurrency
+        gw_load, gw_load_cpu = meter.measure(
+            n_gw, lambda: uvloop.run(gateway_load(svc, n_gw, conc))
+        )
+        gw["at_load"] = {**gw_load, **gw_load_cpu}
     finally:
         for p in procs:
             p.terminate()
@@ -352,51 +380,6 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         return
     report(result)
-
-
-def cpu_text(r: dict[str, Any]) -> str:
-    """Service CPU per request (main process + audit writer), the load generator's, load."""
-    return (
-        f"{r['service_cpu_us']:>7} ({r['service_main_cpu_us']} + {r['service_children_cpu_us']})"
-        f" loadgen {r['loadgen_cpu_us']:>6} load {r['load_average_1m']:.2f}"
-    )
-
-
-def report(result: dict[str, Any]) -> None:
-    """The human-readable tables (CPU in us per request: service total (main process +
-    audit writer process), this load generator's, and the 1-minute load average)."""
-    base, route, found, gw = (result[k] for k in ("healthz_baseline", "route", "sweep", "gateway"))
-    print(f"{'endpoint':<22}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}"
-          f"   service CPU us/req (main + writer), loadgen us/req, load")  # fmt: skip
-    for name, r in (("GET /healthz (floor)", base), ("POST /v1/route", route)):
-        print(f"{name:<22}{r['achieved_rps']:>9}{r['p50_ms']:>9}{r['p99_ms']:>9}"
-              f"{r['max_ms']:>9}{r['errors']:>8}   {cpu_text(r)}")  # fmt: skip
-    print(f"decisions in the audit DB: {route['decisions_in_db']} of {route['requests']}")
-    if found:
-        print(f"\n/v1/route sweep (goal p99 <= {found['p99_goal_ms']} ms)")
-        for st in found["steps"]:
-            h, r = st["healthz"], st["route"]
-            print(
-                f"  {st['offered_rps']:>6.0f}/s route {r['achieved_rps']:>7}/s p50 {r['p50_ms']:>8}"
-                f" p99 {r['p99_ms']:>9} err {r['errors']} CPU {cpu_text(r)}"
-                f" | healthz p50 {h['p50_ms']:>8} p99 {h['p99_ms']:>9} CPU {h['service_cpu_us']}"
-            )
-        print(f"  highest rate at the goal: {found['max_rate_at_goal']}")
-    print(f"\nTTFT, 1-token stream, {gw['requests']} each, emulator speedup "
-          f"{result['emulator_speedup']}   p50 ms   p99 ms")  # fmt: skip
-    print(f"  direct to emulator            {gw['direct_p50_ms']:>8}{gw['direct_p99_ms']:>9}")
-    print(f"  through slaguard              {gw['gateway_p50_ms']:>8}{gw['gateway_p99_ms']:>9}")
-    print(f"  overhead                      {gw['overhead_p50_ms']:>8}{gw['overhead_p99_ms']:>9}")
-    print(f"  overhead, paired requests     {gw['paired_overhead_p50_ms']:>8}"
-          f"{gw['paired_overhead_p99_ms']:>9}")  # fmt: skip
-    print(f"  CPU per request through the gateway: {cpu_text(gw)}")
-    load = result["load_average"]
-    idle = result["service_idle_cpu_pct"]
-    print(
-        f"\nservice idle CPU {idle['main']} % (+ writer {idle['children']} %); "
-        f"{result['cores']} cores; load average before {load['before'][0]:.2f}, "
-        f"after {load['after'][0]:.2f}"
-    )
 
 
 if __name__ == "__main__":
