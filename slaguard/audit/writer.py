@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import TypeVar
 
 import msgspec
@@ -244,12 +243,7 @@ class AuditWriter:
     def __enter__(self) -> AuditWriter:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- the writer process -----------------------------------------------------------
@@ -286,9 +280,16 @@ class AuditWriter:
         backoff = self.settings.retry_initial_s
         while True:
             child = self._child
-            if self._pump(child):
-                backoff = self.settings.retry_initial_s
+            try:
+                if self._pump(child):
+                    backoff = self.settings.retry_initial_s
+            except Exception:
+                # Everything unconfirmed is still in the journal: start over from it.
+                log.exception("audit writer: watcher failed; restarting the writer process")
+                child.kill()
             code = child.wait()
+            if child.stdin is not None:
+                child.stdin.close()
             with self._child_lock:
                 if self._stopping.is_set():
                     return
