@@ -197,3 +197,19 @@ def test_a_mode_changed_by_the_cli_restarts_the_replicas_baselines(served: Serve
     assert replica.sync(s.clock.now).adopted is not None
     assert replica.current().label == "round_robin"
     assert _feed_until_scored(s, 1) == {}
+
+
+def test_the_guard_section_of_the_config_reaches_the_detectors(tmp_path: Path) -> None:
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(FLEET))
+    guard = {"ttft_zscore": {"window_s": 20, "slice_s": 2, "tier_window_s": 20}}
+    cfg = load_config(
+        None,
+        {"fleet": tmp_path / "fleet.yaml", "db": str(tmp_path / "audit.db"), "guard": guard},
+    )
+    service = build_service(cfg)
+    try:
+        config = service.modes.replica.guard.config
+        assert (config.ttft_zscore.window_s, config.ttft_zscore.slice_s) == (20.0, 2.0)
+        assert config.hot_spot.trip_share == 0.2  # the rest keeps its defaults
+    finally:
+        service.close()
