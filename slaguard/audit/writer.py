@@ -1,16 +1,15 @@
 """The audit writer: the routing path journals, a separate process writes batches.
 
-`enqueue()` encodes the record (a scheduler `Explanation` raw, see `lines`) and appends
-it to the spill journal with one `write()` under a lock; it never touches the database
-and never renders. A record is *acknowledged* when `enqueue()` returns: from then on it
-survives a database outage, a crash or SIGKILL (the journal replays on the next start)
-and shutdown (drained, or left in the journal).
+`enqueue()` encodes the record (a scheduler `Explanation` raw, see `lines`) and appends it
+to the spill journal with one `write()`; it never touches the database nor renders. A
+record is *acknowledged* when `enqueue()` returns: it survives a database outage, a
+crash or SIGKILL (the journal replays on the next start) and shutdown.
 
 The database side is a child process (`writer_process`) reading the journal in LSN order,
 so its decoding, rendering and inserts never hold this process's GIL. A watcher thread
-here reads its reports (committed LSN, rows, errors), deletes committed segments, runs
-the monitoring callbacks, fsyncs the journal every flush interval and restarts the child
-if it dies. The child exits when its control pipe closes, so it never outlives us.
+here reads its reports, deletes committed segments, runs the monitoring callbacks, fsyncs
+the journal every flush interval and restarts the child if it dies; the child exits when
+its control pipe closes, so it never outlives us.
 """
 
 from __future__ import annotations
@@ -42,8 +41,7 @@ from slaguard.audit.writer_process import BatchDone, ChildConfig, Report, WriteF
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _decode_report = msgspec.json.Decoder(Report).decode
-STOP_GRACE_S = 2.0
-"""How long a child still inside a database call may take to exit once told to."""
+STOP_GRACE_S = 2.0  # how long a child inside a database call may take to exit on close
 
 
 class SpillFullError(RuntimeError):
@@ -134,8 +132,6 @@ class AuditWriter:
         self._watcher = threading.Thread(target=self._watch, name="audit-writer", daemon=True)
         self._watcher.start()
 
-    # -- the routing side -------------------------------------------------------------
-
     def enqueue(self, record: AuditRecord) -> None:
         """Acknowledge a record: journal it; never waits on the database."""
         line, header = self._encoder.encode(record)
@@ -151,8 +147,6 @@ class AuditWriter:
                 )
             self._journal.append(line, header)
             self._backlog += 1
-
-    # -- gauges and counters ----------------------------------------------------------
 
     def stats(self) -> WriterStats:
         """A consistent snapshot of every gauge and counter."""
@@ -200,8 +194,6 @@ class AuditWriter:
             time.sleep(0.005)
         return True
 
-    # -- shutdown ---------------------------------------------------------------------
-
     def close(self, drain_timeout_s: float | None = None) -> WriterStats:
         """Stop accepting, drain for at most `drain_timeout_s`, fsync, log what is left."""
         timeout = self.settings.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
@@ -245,8 +237,6 @@ class AuditWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- the writer process -----------------------------------------------------------
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         s = self.settings
@@ -297,7 +287,7 @@ class AuditWriter:
                 "audit writer: process %d exited (%s); restarting it, the journal holds "
                 "every unconfirmed record", child.pid, code,
             )  # fmt: skip
-            while not self._stopping.wait(backoff):
+            while self._pause(backoff):
                 backoff = min(backoff * 2, self.settings.retry_max_s)
                 with self._child_lock:
                     if self._stopping.is_set():
@@ -311,6 +301,15 @@ class AuditWriter:
                     break
             else:
                 return
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait before a restart, still fsyncing every flush interval; False if closing."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self._stopping.wait(min(left, self.settings.flush_interval_s)):
+                return False
+            self._sync()
+        return not self._stopping.is_set()
 
     def _pump(self, child: subprocess.Popen[bytes]) -> bool:
         """Handle the child's reports until it exits, fsyncing the journal every flush
