@@ -19,6 +19,12 @@ SQLite (one host): an exclusive `flock` on `<database file>.guard-leader`, relea
 the kernel when the holder dies; the holder's replica id is written into the file. A
 stopped process keeps the lock (no lease): SQLite is for a single host. An in-memory
 SQLite database has one process by definition: that process always leads.
+
+The lease also carries the leader's router inputs (jitter Z-scores, demotions) to the
+other replicas: `publish(text)` on the leader, `latest()` elsewhere (no I/O: the last
+text received by a poll). PostgreSQL: `pg_notify` on the lease connection, which every
+replica LISTENs on (the poll's query delivers what arrived); SQLite: a file beside the
+lock file, replaced atomically.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ log = logging.getLogger(__name__)
 LOCK_KEY = int.from_bytes(b"slaguard", "big")
 """The advisory lock key (a bigint; advisory locks are per database)."""
 APPLICATION_PREFIX = "slaguard-guard:"
+ROUTER_CHANNEL = "slaguard_guard_router"
+MAX_NOTIFY_BYTES = 7900
+"""PostgreSQL's NOTIFY payload limit is 8000 bytes."""
 LEASE_S = 4.0
 CONNECT_TIMEOUT_S = 2
 _CLASS_ID, _OBJ_ID = LOCK_KEY >> 32, LOCK_KEY & 0xFFFFFFFF
@@ -68,6 +77,14 @@ class LeaderLease(Protocol):
         """Re-check or try to take leadership (blocking, bounded); True if leading now."""
         ...
 
+    def publish(self, text: str) -> None:
+        """Leader: hand `text` to the other replicas (blocking, bounded; best effort)."""
+        ...
+
+    def latest(self) -> str | None:
+        """The last text another replica published, as of the last poll (no I/O)."""
+        ...
+
     def close(self) -> None:
         """Give leadership up."""
         ...
@@ -89,10 +106,30 @@ class PostgresLeaderLease:
         self.lease_s = lease_s
         self._conn: psycopg.Connection | None = None
         self._held = False
+        self._latest: str | None = None
 
     @property
     def held(self) -> bool:
         return self._held
+
+    def publish(self, text: str) -> None:
+        if len(text.encode()) > MAX_NOTIFY_BYTES:
+            log.warning("router inputs not published: %d bytes", len(text.encode()))
+            return
+        conn = self._conn
+        if conn is None or conn.closed:
+            return
+        try:
+            conn.execute("SELECT pg_notify(%s, %s)", (ROUTER_CHANNEL, text))
+        except psycopg.Error as exc:
+            log.debug("router inputs not published: %s", exc)
+
+    def latest(self) -> str | None:
+        return self._latest
+
+    def _on_notify(self, notify: psycopg.Notify) -> None:
+        if notify.channel == ROUTER_CHANNEL:
+            self._latest = notify.payload
 
     def _connect(self) -> psycopg.Connection:
         lease_ms = int(self.lease_s * 1000)
@@ -100,7 +137,7 @@ class PostgresLeaderLease:
             f"-c idle_session_timeout={lease_ms} -c statement_timeout={lease_ms} "
             "-c tcp_keepalives_idle=2 -c tcp_keepalives_interval=1 -c tcp_keepalives_count=2"
         )
-        return psycopg.connect(
+        conn = psycopg.connect(
             self.conninfo,
             autocommit=True,
             connect_timeout=CONNECT_TIMEOUT_S,
@@ -111,6 +148,9 @@ class PostgresLeaderLease:
             keepalives_interval=1,
             keepalives_count=2,
         )
+        conn.add_notify_handler(self._on_notify)
+        conn.execute(f"LISTEN {ROUTER_CHANNEL}")
+        return conn
 
     def poll(self) -> bool:
         try:
@@ -157,11 +197,30 @@ class FileLeaderLease:
     def __init__(self, path: Path, replica_id: str) -> None:
         self.path = path
         self.replica_id = replica_id
+        self.router_path = path.with_name(path.name.removesuffix("-leader") + "-router")
         self._fd: int | None = None
+        self._latest: str | None = None
 
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+    def publish(self, text: str) -> None:
+        tmp = self.router_path.with_name(f"{self.router_path.name}.{os.getpid()}")
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, self.router_path)
+        except OSError as exc:
+            log.debug("router inputs not published: %s", exc)
+
+    def latest(self) -> str | None:
+        return self._latest
+
+    def _read_published(self) -> None:
+        try:
+            self._latest = self.router_path.read_text()
+        except OSError:
+            self._latest = None
 
     def poll(self) -> bool:
         if self._fd is not None:
@@ -171,6 +230,7 @@ class FileLeaderLease:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
+            self._read_published()
             return False
         os.ftruncate(fd, 0)
         os.pwrite(fd, self.replica_id.encode(), 0)
@@ -195,6 +255,12 @@ class SoloLease:
 
     def poll(self) -> bool:
         return True
+
+    def publish(self, text: str) -> None:
+        return None
+
+    def latest(self) -> str | None:
+        return None
 
     def close(self) -> None:
         return None

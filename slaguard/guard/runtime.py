@@ -7,7 +7,7 @@ on its own.
 | `current()`, `state()`, `router`, `reports` | router, metrics | every decision | no I/O |
 | `observe_arrival(at_s, prefix)` | routing decision | per request | queue only (local feed) |
 | `observe(sample)` | request path | per finished request | queue only (local feed) |
-| `sync(now_s)` | mode sync job | 500 ms | leadership poll; adopt a newer stored mode |
+| `sync(now_s)` | mode sync job | 500 ms | leadership; adopt a newer mode; router inputs out or in |
 | `evaluate(now_s)` | detector job | 1 s | leader: feed, evaluate, store events |
 | `deliver(now_s)` | notify job | 1 s | leader: send due outbox messages |
 | `command(...)` | admin endpoint | on demand | rollback (alert: + incident) / hold / resume |
@@ -21,6 +21,7 @@ from `command` (a human must see them).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import deque
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 LOCAL_QUEUE_MAX = 100_000
 """Locally observed samples waiting for the next evaluation (oldest dropped beyond)."""
 NOT_LOADED = ModeState(version=-1, reason="not loaded from the database yet", auto_advance=False)
+ROUTER_MAX_AGE_S = 3.0
+"""Router inputs published longer ago than this (a leader gone quiet) are dropped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +83,31 @@ class ReplicaStats:
 
 @dataclass(frozen=True, slots=True)
 class RouterInputs:
-    """The leader's jitter Z-scores and demoted targets (empty on other replicas)."""
+    """The leader's jitter Z-scores and demoted targets: computed on the leader, taken
+    by the others from what the leader publishes at each sync (at most ~1 s behind)."""
 
     jitter_z: dict[str, float] = field(default_factory=dict)
     demoted: frozenset[str] = frozenset()
+
+    def to_text(self, replica_id: str, at_s: float) -> str:
+        z = {t: round(v, 2) for t, v in sorted(self.jitter_z.items())}
+        body = {"replica": replica_id, "at": at_s, "jitter_z": z, "demoted": sorted(self.demoted)}
+        return json.dumps(body, separators=(",", ":"))
+
+    @classmethod
+    def from_text(cls, text: str | None, now_s: float, own_id: str) -> RouterInputs:
+        """What another replica published; empty when absent, ours, stale or unreadable."""
+        if not text:
+            return cls()
+        try:
+            body = json.loads(text)
+            if body["replica"] == own_id or now_s - float(body["at"]) > ROUTER_MAX_AGE_S:
+                return cls()
+            z = {str(t): float(v) for t, v in body["jitter_z"].items()}
+            return cls(z, frozenset(str(t) for t in body["demoted"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.warning("unreadable router inputs from the guard leader ignored")
+            return cls()
 
 
 def _first_line(exc: BaseException) -> str:
@@ -157,7 +181,8 @@ class GuardReplica:
     # -- the loops ------------------------------------------------------------------------
 
     def sync(self, now_s: float) -> SyncReport:
-        """Poll leadership, take a mode written elsewhere, retry a switch not yet stored."""
+        """Poll leadership, take a mode written elsewhere, retry a switch not yet stored;
+        the leader publishes its router inputs, the others take the leader's."""
         self.stats.syncs += 1
         was = self._leading
         leader = self.lease.poll()
@@ -175,8 +200,15 @@ class GuardReplica:
             self.stats.sync_errors += 1
             self.stats.last_error = _first_line(exc)
             log.warning("guard mode sync failed: %s", self.stats.last_error)
-            return SyncReport(leader, gained, lost, error=self.stats.last_error)
-        return SyncReport(leader, gained, lost, adopted)
+            report = SyncReport(leader, gained, lost, error=self.stats.last_error)
+        else:
+            report = SyncReport(leader, gained, lost, adopted)
+        # through the lease, not the audit database: works while that one is down
+        if leader:
+            self.lease.publish(self.router.to_text(self.replica_id, now_s))
+        else:
+            self.router = RouterInputs.from_text(self.lease.latest(), now_s, self.replica_id)
+        return report
 
     def evaluate(self, now_s: float) -> list[GuardEvent]:
         """Leader: feed the detectors, evaluate once, store what changed. Others: keep
@@ -286,7 +318,7 @@ class GuardReplica:
         self.guard.breaker = BreakerState()
         self.guard.incidents.current = None
         if not leading:
-            self.router = RouterInputs()
+            self.router = RouterInputs()  # the leader's, from the next sync on
             self.reports = ()
             return
         self.guard.incidents.current = self.incidents.restore()

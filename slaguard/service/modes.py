@@ -8,8 +8,9 @@ same object.
 `ReplicaModes` is the service's adapter over `GuardReplica`: the mode lives in the audit
 database (`fleet_state`, compare-and-set), every `slaguard serve` replica on one database
 routes with it, and only the leader (advisory lock / file lock) runs the detectors,
-stores incidents and sends their messages. Here only metrics and the router's jitter
-inputs are fed; the blocking replica calls go to worker threads.
+stores incidents and sends their messages; the others route with the jitter Z-scores and
+demotions the leader publishes (taken at each sync). Here only metrics and the router's
+jitter inputs are fed; the blocking replica calls go to worker threads.
 """
 
 from __future__ import annotations
@@ -175,7 +176,8 @@ class ReplicaModes:
             log.warning("this replica (%s) now leads the guard", self.replica.replica_id)
         if report.lost:
             log.warning("this replica (%s) no longer leads the guard", self.replica.replica_id)
-            self._apply_router()
+        if not report.leader:
+            self._apply_router()  # the leader's published jitter scores and demotions
         if report.adopted is not None:
             log.info("fleet mode %s adopted from the database", report.adopted.mode.label)
         self.metrics.set_fleet_mode(self.replica.current())
@@ -261,8 +263,9 @@ class ReplicaModes:
             self.metrics.set_arm_violation_ratio(arm.value, ratio)
 
     def _apply_router(self) -> None:
-        """The leader's jitter Z-scores and demotions into this router; a target without a
-        score gets 0 (also all of them when this replica stops leading), never a stale one."""
+        """The leader's jitter Z-scores and demotions into this router (computed here on the
+        leader, published by it elsewhere); a target without a score gets 0 (all of them
+        when nothing fresh was published), never a stale one."""
         inputs = self.replica.router
         self.fleet_state.set_jitter(
             {index: inputs.jitter_z.get(t, 0.0) for t, index in self._index.items()}

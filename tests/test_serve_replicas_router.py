@@ -1,0 +1,223 @@
+"""Two real `slaguard serve` processes on one PostgreSQL database: the leader's jitter
+Z-scores and demotions reach the other replica's router.
+
+All the traffic goes through the leader, so only its detectors see a target slow down
+(the guard runs on the demo's time scale: TTFT p99 over 6 s, demotion after 2 s). The
+other replica never sees a sample and still routes around the demoted target within a
+second or so of the leader (the leader publishes at its 500 ms sync, the other takes it
+at its own).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+import yaml
+from sqlalchemy.engine import URL
+
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.migrate import upgrade
+from slaguard.guard.config import GuardConfig
+from slaguard.guard.leader import lease_for
+from slaguard.guard.runtime import ROUTER_MAX_AGE_S, GuardReplica, RouterInputs
+from slaguard.guard.samples import GuardSample
+from slaguard.notify.console import ConsoleNotifier
+from slaguard.service.local import free_port
+
+_T = TypeVar("_T")
+MODEL = "llama3.1-8b"
+CARDS = ("h100", "h200", "a100", "l40s")
+FLEET = {"targets": [{"id": f"{c}-8b", "model": MODEL, "card": c} for c in CARDS]}
+SLOW = "h200-8b"
+GUARD = {
+    "ttft_zscore": {
+        "window_s": 6.0,
+        "slice_s": 1.0,
+        "tier_window_s": 6.0,
+        "min_samples": 10,
+        "demote_after_s": 2.0,
+    }
+}
+START_TIMEOUT_S = 60.0
+PROPAGATION_S = 1.5
+"""Leader's evaluation -> its sync publishes (<= 0.5 s) -> the other's sync (<= 0.5 s)."""
+
+
+def wait_for(what: str, check: Callable[[], _T | None], timeout_s: float) -> _T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
+        time.sleep(0.02)
+
+
+class Serve:
+    """One `slaguard serve` process (guard on a short time scale) and its HTTP client."""
+
+    def __init__(self, name: str, db: URL, tmp: Path) -> None:
+        self.name = name
+        port = free_port()
+        cfg = {
+            "fleet": str(tmp / "fleet.yaml"),
+            "db": db.render_as_string(hide_password=False),
+            "port": port,
+            "telemetry": {"scrape": False, "stale_after_s": 300},
+            "gateway": {"enabled": False},
+            "notify_file": str(tmp / "incidents.jsonl"),
+            "log_level": "warning",
+            "guard": GUARD,
+        }
+        (tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLAGUARD_")}
+        workdir = tmp / name
+        workdir.mkdir()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "slaguard", "serve", "--config", str(tmp / f"{name}.yaml")],
+            stdout=subprocess.DEVNULL,
+            stderr=(tmp / f"{name}.err").open("w"),
+            env=env,
+            cwd=workdir,
+        )
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5)
+
+    def ready(self) -> bool:
+        assert self.proc.poll() is None, f"{self.name} exited with {self.proc.returncode}"
+        try:
+            return self.client.get("/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def status(self) -> dict[str, Any]:
+        body: dict[str, Any] = self.client.get("/v1/status").json()
+        return body
+
+    def demoted(self) -> list[str]:
+        return [t["target"] for t in self.status()["targets"] if t["demoted"]]
+
+    def jitter(self, target: str) -> float:
+        return float(next(t for t in self.status()["targets"] if t["target"] == target)["jitter_z"])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(20)
+        self.client.close()
+
+
+@pytest.fixture
+def pair(pg_url: URL, tmp_path: Path) -> Iterator[tuple[Serve, Serve]]:
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(FLEET))
+    started: list[Serve] = []
+    try:
+        for name in ("a", "b"):  # one after the other: the first one migrates the schema
+            serve = Serve(name, pg_url, tmp_path)
+            started.append(serve)
+            wait_for(f"{name} ready", serve.ready, START_TIMEOUT_S)
+        yield started[0], started[1]
+    finally:
+        for serve in started:
+            serve.stop()
+
+
+def _traffic(
+    leader: Serve, seconds: float, slow: bool, stop: threading.Event | None = None
+) -> None:
+    """Round-robin traffic through the leader, each request's feedback at once; the slow
+    target answers 8x slower when `slow`."""
+    c = leader.client
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not (stop is not None and stop.is_set()):
+        for t in CARDS:
+            assert c.post("/v1/telemetry", json={"target": f"{t}-8b", "queue_depth": 0}).is_success
+        for _ in range(8):
+            r = c.post("/v1/route", json={"model": MODEL, "prompt_tokens": 300,
+                                          "max_new_tokens": 20}).json()  # fmt: skip
+            if r["target"] is None:
+                continue
+            ttft = 0.05 * (8.0 if slow and r["target"] == SLOW else 1.0)
+            fb = {"decision_id": r["decision_id"], "ttft_s": ttft, "e2e_s": ttft + 0.2}
+            assert c.post("/v1/feedback", json=fb).status_code == 200
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_the_leaders_demotion_reaches_the_other_replicas_router(
+    pair: tuple[Serve, Serve],
+) -> None:
+    def leading() -> list[Serve]:
+        return [s for s in pair if s.status()["guard"]["leader"]]
+
+    (leader,) = wait_for("one leader", lambda: len(leading()) == 1 and leading(), 5.0)
+    other = pair[1] if leader is pair[0] else pair[0]
+    # baselines a window (6 s) old on every target, then the H200 slows down 8x
+    _traffic(leader, 9.0, slow=False)
+    assert leader.demoted() == [] and other.demoted() == []
+    stop = threading.Event()
+    sender = threading.Thread(target=_traffic, args=(leader, 30.0, True, stop))
+    sender.start()
+    seen: dict[str, float] = {}
+    try:
+        deadline = time.monotonic() + 25.0
+        while len(seen) < 2 and time.monotonic() < deadline:
+            for serve in (leader, other):
+                if serve.name not in seen and serve.demoted() == [SLOW]:
+                    seen[serve.name] = time.monotonic()
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        sender.join()
+    assert set(seen) == {leader.name, other.name}, seen
+    lag_s = seen[other.name] - seen[leader.name]
+    assert lag_s < PROPAGATION_S, lag_s
+    assert other.jitter(SLOW) >= 3.5, other.status()["targets"]
+    assert other.status()["guard"]["leader"] is False
+    print(f"demoted on the other replica {lag_s:.2f} s after the leader")
+
+
+def test_sqlite_replicas_take_the_leaders_inputs_and_drop_stale_ones(tmp_path: Path) -> None:
+    """Two replicas on one SQLite file (file lock, inputs in a file beside it), on a
+    simulated clock: the follower takes the leader's demotion at its sync and forgets it
+    once nothing newer than `ROUTER_MAX_AGE_S` was published."""
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    engine = create_audit_engine(url)
+    upgrade(engine)
+    config = GuardConfig.model_validate(GUARD)
+    a, b = (
+        GuardReplica(
+            engine, lease_for(engine.url, rid), ConsoleNotifier(), replica_id=rid, config=config
+        )
+        for rid in ("a", "b")
+    )
+    try:
+        now = 1_000.0
+        assert a.sync(now).leader and not b.sync(now).leader
+        for tick in range(200):  # 20 s: 6 s normal, then the H200 8x slower
+            now += 0.1
+            for i, card in enumerate(CARDS):
+                slow = tick >= 60 and card == "h200"
+                ttft = 0.05 * (8.0 if slow else 1.0) * (1.0 + 0.05 * ((tick + i) % 4))
+                a.observe(GuardSample(now, f"{card}-8b", card, MODEL, True, 1.0, ttft))
+            if tick % 10 == 9:
+                a.evaluate(now)
+        assert a.router.demoted == {SLOW}
+        a.sync(now)
+        b.sync(now + 0.5)
+        assert b.router.demoted == {SLOW}
+        assert b.router.jitter_z == pytest.approx(a.router.jitter_z, abs=0.005)
+        b.sync(now + ROUTER_MAX_AGE_S + 0.6)  # the leader went quiet
+        assert b.router == RouterInputs()
+    finally:
+        a.close()
+        b.close()
+        engine.dispose()
