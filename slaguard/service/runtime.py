@@ -303,6 +303,7 @@ class ServiceRuntime:
         if entry.target_index is None:
             return Finished(True, False, sla_met)
         target = self.fleet.targets[entry.target_index]
+        prompt = prompt_tokens if prompt_tokens is not None else entry.prompt_tokens
         if ttft_s is not None:
             self.metrics.observe_completion(
                 target.id,
@@ -311,7 +312,7 @@ class ServiceRuntime:
                 ttft_s,
                 violated=not sla_met,
                 tpot_s=tpot_s,
-                prompt_tokens=prompt_tokens if prompt_tokens is not None else entry.prompt_tokens,
+                prompt_tokens=prompt,
                 generated_tokens=completion_tokens or 0,
             )
         self.modes.on_outcome(
@@ -325,6 +326,7 @@ class ServiceRuntime:
                 ttft_s=ttft_s,
                 arm=entry.arm,
                 prefix_id=entry.prefix_id,
+                prompt_tokens=prompt,
             )
         )
         return Finished(True, False, sla_met)
