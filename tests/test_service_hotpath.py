@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +77,14 @@ def test_healthz_answers_on_the_hot_path(served: tuple[Service, httpx.Client]) -
     assert r.status_code == 200 and r.json() == {"status": "ok"}
     assert r.headers["content-type"] == "application/json"
     assert client.post("/healthz").status_code == 405
+
+
+def test_a_body_arriving_in_many_pieces_is_read_whole(served: tuple[Service, httpx.Client]) -> None:
+    _, client = served
+    body = json.dumps(ROUTE).encode()
+    padded = body[:-1] + b" " * 1_000_000 + b"}"  # ~1 MB: many socket reads
+    r = client.post("/v1/route", content=padded, headers={"content-type": "application/json"})
+    assert r.status_code == 200 and r.json()["target"] is not None
 
 
 def test_unexpected_error_in_a_hot_endpoint_is_a_json_500() -> None:

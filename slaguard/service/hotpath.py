@@ -75,13 +75,16 @@ async def read_body(receive: Receive) -> bytes | None:
     message = await receive()
     if message["type"] != "http.request":
         return None
-    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):
+        body: bytes = message.get("body", b"")
+        return body
+    chunks = [message.get("body", b"")]
     while message.get("more_body", False):
         message = await receive()
         if message["type"] != "http.request":
             return None
-        body += message.get("body", b"")
-    return body
+        chunks.append(message.get("body", b""))
+    return b"".join(chunks)
 
 
 class ReadRequest(Request):
