@@ -198,11 +198,16 @@ async def ttft(client: httpx.AsyncClient, url: str) -> float:
     body = {"model": "llama3.1-8b", "messages": [{"role": "user", "content": "hi"}],
             "max_tokens": 1, "stream": True}  # fmt: skip
     started = time.perf_counter()
+    first = None
     async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+        # Read to the end like a real client: leaving after the first token would
+        # close both connections and have the gateway record a failed stream.
         async for line in r.aiter_lines():
-            if '"content":"' in line:
-                return time.perf_counter() - started
-    raise RuntimeError("no token")
+            if first is None and '"content":"' in line:
+                first = time.perf_counter() - started
+    if first is None:
+        raise RuntimeError("no token")
+    return first
 
 
 async def gateway_overhead(direct: str, via: str, n: int) -> dict[str, float]:
