@@ -21,7 +21,7 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -315,7 +315,7 @@ def _finish_whole(
 
 async def _relay(
     rt: ServiceRuntime, routed: Routed, decide_s: float, meter: StreamMeter, up: Upstream
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """Pass the backend's bytes through unchanged, metering them; never retry. The
     decision's audit record is enqueued once the first bytes went out: it is off the
     first token's path."""
@@ -336,7 +336,8 @@ async def _relay(
         routed.decision.explanation.notes.append(
             f"gateway: stream broke after the first byte: {exc}"
         )
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, GeneratorExit):
+        # The client left (or its connection broke) before the end of the answer.
         status = "failed"
         raise
     finally:

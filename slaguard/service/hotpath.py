@@ -21,7 +21,7 @@ the server to log, as ServerErrorMiddleware does.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -127,11 +127,13 @@ class RelayResponse(Response):
     task group, and only sends its headers once the stream task has been scheduled. This
     sends headers and chunks from the request's own task; one plain asyncio task waits
     for the client's disconnect and cancels it (the relay then records the stream as
-    failed, as before), and a cancellation of its own is absorbed here."""
+    failed, as before), and a cancellation of its own is absorbed here. The chunks'
+    generator is started before anything is sent and closed at the end whatever
+    happened, so its own cleanup (the outcome record) always runs."""
 
     def __init__(
         self,
-        chunks: AsyncIterator[bytes],
+        chunks: AsyncGenerator[bytes, None],
         status_code: int,
         headers: Mapping[str, str],
         media_type: str,
@@ -156,6 +158,7 @@ class RelayResponse(Response):
 
         watcher = asyncio.get_running_loop().create_task(watch())
         try:
+            first = await anext(self.chunks, b"")
             await send(
                 {
                     "type": "http.response.start",
@@ -163,6 +166,8 @@ class RelayResponse(Response):
                     "headers": self.raw_headers,
                 }
             )
+            if first:
+                await send({"type": "http.response.body", "body": first, "more_body": True})
             async for chunk in self.chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -172,6 +177,7 @@ class RelayResponse(Response):
         finally:
             state["streaming"] = False
             watcher.cancel()
+            await self.chunks.aclose()
 
 
 def direct_endpoints(routers: Iterable[APIRouter]) -> dict[tuple[str, str], Endpoint]:
