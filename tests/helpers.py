@@ -1,10 +1,25 @@
-"""Small builders shared by the scheduler tests."""
+"""Small builders and a poll helper shared by the tests."""
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from slaguard.fleet import Fleet, Priority, Request, build_fleet
+
+_T = TypeVar("_T")
+
+
+def wait_for(what: str, check: Callable[[], _T | None], timeout_s: float = 15.0) -> _T:
+    """Poll `check` every 10 ms until it returns something truthy (returned), or fail."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
+        time.sleep(0.01)
 
 
 def fleet_of(*targets: dict[str, Any], **extra: Any) -> Fleet:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import pg_connect
+from helpers import wait_for
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
 
@@ -33,14 +34,6 @@ N = 3000
 RUN = synthetic_run(N, seed=3)
 IDS = [d.request_id for d in RUN.decisions]
 WRONG_PORT = 1
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.01)
 
 
 def stored_ids(engine: Engine) -> list[str]:
@@ -74,7 +67,7 @@ def test_postgres_unreachable_then_reachable(pg_engine: Engine, tmp_path: Path) 
     down = AuditWriter(create_audit_engine(wrong), spill)
     for record in RUN.decisions:
         down.enqueue(record)
-    wait_for(lambda: down.write_errors > 0, 10, "a failed write against the wrong port")
+    wait_for("a failed write against the wrong port", lambda: down.write_errors > 0, 10)
     left = down.close(drain_timeout_s=0.2)
     assert (left.queue_depth, left.rows_written) == (N, 0)
     assert stored_ids(pg_engine) == []
@@ -165,7 +158,7 @@ def test_sqlite_locked_by_another_process(tmp_path: Path) -> None:
         with AuditWriter(engine, spill) as writer:
             for record in RUN.decisions:
                 writer.enqueue(record)
-            wait_for(lambda: writer.write_errors > 0, 15, "a 'database is locked' failure")
+            wait_for("a 'database is locked' failure", lambda: writer.write_errors > 0, 15)
             assert "locked" in (writer.stats().last_error or "")
             assert writer.rows_written == 0
             assert writer.queue_depth == N

@@ -6,11 +6,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import wait_for
 from sqlalchemy import Engine, select
 
 from slaguard.audit.engine import create_audit_engine
@@ -21,14 +20,6 @@ from slaguard.audit.writer import AuditWriter, WriterSettings
 
 N = 3000
 RUN = synthetic_run(N, seed=5)
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.01)
 
 
 def alive(pid: int) -> bool:
@@ -53,7 +44,7 @@ def test_a_killed_writer_process_is_restarted_and_nothing_is_lost(
         first = w.process_id
         for record in RUN.decisions[:half]:
             w.enqueue(record)
-        wait_for(lambda: w.rows_written > 0, 30, "the first committed batch")
+        wait_for("the first committed batch", lambda: w.rows_written > 0, 30)
         os.kill(first, signal.SIGKILL)
         for record in RUN.decisions[half:]:
             w.enqueue(record)
@@ -95,7 +86,7 @@ def test_a_sigkilled_parent_leaves_no_writer_process(tmp_path: Path, database: s
     assert alive(child)
     parent.send_signal(signal.SIGKILL)
     assert parent.wait(10) == -signal.SIGKILL
-    wait_for(lambda: not alive(child), 10, f"writer process {child} to exit")
+    wait_for(f"writer process {child} to exit", lambda: not alive(child), 10)
     if database == "reachable":
         engine = create_audit_engine(url)
         with AuditWriter(engine, tmp_path / "spill") as restarted:

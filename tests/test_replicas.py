@@ -18,13 +18,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from conftest import create_scratch_database, drop_database
+from helpers import wait_for
 from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session
@@ -38,21 +39,9 @@ from slaguard.cli.main import app
 from slaguard.guard.store import GuardStore
 
 pytestmark = pytest.mark.slow
-_T = TypeVar("_T")
 START_TIMEOUT_S = 90.0
 PROPAGATION_S = 1.0
 FAILOVER_S = 5.0
-
-
-def wait_for(what: str, check: Callable[[], _T | None], timeout_s: float = 15.0) -> _T:
-    """Poll `check` every 20 ms until it returns something truthy."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        time.sleep(0.02)
 
 
 @dataclass

@@ -13,36 +13,25 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
 import yaml
+from helpers import wait_for
 from sqlalchemy.engine import URL
 
 from slaguard.service.local import free_port
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-_T = TypeVar("_T")
 START_TIMEOUT_S = 60.0
 PROPAGATION_S = 1.0
 FAILOVER_S = 5.0
 TOKEN = secrets.token_hex(16)
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 FLEET = {"targets": [{"id": "l40s-8b", "model": "llama3.1-8b", "card": "l40s", "count": 2}]}
-
-
-def wait_for(what: str, check: Callable[[], _T | None], timeout_s: float) -> _T:
-    """Poll `check` every 20 ms until it returns something truthy."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        time.sleep(0.02)
 
 
 class Serve:

@@ -15,13 +15,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
 import yaml
+from helpers import wait_for
 from sqlalchemy.engine import URL
 
 from slaguard.audit.engine import create_audit_engine
@@ -33,7 +34,6 @@ from slaguard.guard.samples import GuardSample
 from slaguard.notify.console import ConsoleNotifier
 from slaguard.service.local import free_port
 
-_T = TypeVar("_T")
 MODEL = "llama3.1-8b"
 CARDS = ("h100", "h200", "a100", "l40s")
 FLEET = {"targets": [{"id": f"{c}-8b", "model": MODEL, "card": c} for c in CARDS]}
@@ -50,16 +50,6 @@ GUARD = {
 START_TIMEOUT_S = 60.0
 PROPAGATION_S = 1.5
 """Leader's evaluation -> its sync publishes (<= 0.5 s) -> the other's sync (<= 0.5 s)."""
-
-
-def wait_for(what: str, check: Callable[[], _T | None], timeout_s: float) -> _T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        time.sleep(0.02)
 
 
 class Serve:
