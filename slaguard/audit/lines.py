@@ -27,7 +27,7 @@ import numpy as np
 from slaguard.audit.models import utc_from_unix
 from slaguard.audit.records import AuditRecord, DecisionRecord
 from slaguard.fleet.fleet import Fleet
-from slaguard.scheduler.explain import Explanation, render_explanation
+from slaguard.scheduler.explain import Explanation, ExplanationArrays, render_explanation
 
 log = logging.getLogger(__name__)
 
@@ -108,26 +108,6 @@ class RawExplanation(msgspec.Struct, array_like=True):
     v_peak_gb: float
     v_used_gb: RawArray
     limit_gb: RawArray
-    weights: tuple[float, ...]
-    weights_version: str
-    prefiltered_out: int
-    chosen: int | None
-    notes: list[str]
-    spill: dict[str, Any] | None
-    degraded_from: str | None
-
-
-@dataclass(slots=True)
-class _Arrays:
-    """A RawExplanation back as arrays (`scheduler.explain.ExplanationArrays`)."""
-
-    candidates: np.ndarray
-    reasons: np.ndarray
-    components: np.ndarray | None
-    scores: np.ndarray | None
-    v_peak_gb: float
-    v_used_gb: np.ndarray
-    limit_gb: np.ndarray
     weights: tuple[float, ...]
     weights_version: str
     prefiltered_out: int
@@ -245,11 +225,13 @@ def render_raw(raw: bytes, fleets: Mapping[str, FleetLabels]) -> bytes:
     fleet = fleets.get(r.fleet)
     if fleet is None:
         raise ValueError(f"raw explanation names fleet {r.fleet!r}, not journalled before it")
-    arrays = _Arrays(
-        _array(r.candidates), _array(r.reasons), _array_opt(r.components),
-        _array_opt(r.scores), r.v_peak_gb, _array(r.v_used_gb), _array(r.limit_gb),
-        r.weights, r.weights_version, r.prefiltered_out, r.chosen, r.notes, r.spill,
-        r.degraded_from,
+    arrays = ExplanationArrays(
+        candidates=_array(r.candidates), reasons=_array(r.reasons),
+        components=_array_opt(r.components), scores=_array_opt(r.scores),
+        v_peak_gb=r.v_peak_gb, v_used_gb=_array(r.v_used_gb), limit_gb=_array(r.limit_gb),
+        weights=r.weights, weights_version=r.weights_version,
+        prefiltered_out=r.prefiltered_out, chosen=r.chosen, notes=r.notes, spill=r.spill,
+        degraded_from=r.degraded_from,
     )  # fmt: skip
     rendered = render_explanation(
         arrays, r.policy, fleet.target_ids, fleet.card_ids, fleet.static_gb

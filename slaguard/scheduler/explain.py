@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -51,9 +51,10 @@ class Outcome(StrEnum):
     NO_CAPACITY = "no_capacity"
 
 
-class ExplanationArrays(Protocol):
-    """What rendering reads: the router's arrays (the `Explanation`, or its raw journalled
-    copy in the audit writer process)."""
+@dataclass(slots=True, kw_only=True)
+class ExplanationArrays:
+    """What rendering reads: the router's arrays as they were at decision time (an
+    `Explanation`, or its raw journalled copy rebuilt in the audit writer process)."""
 
     candidates: np.ndarray
     reasons: np.ndarray
@@ -65,10 +66,10 @@ class ExplanationArrays(Protocol):
     weights: tuple[float, ...]
     weights_version: str
     prefiltered_out: int
-    chosen: int | None
-    notes: list[str]
-    spill: dict[str, Any] | None
-    degraded_from: str | None
+    chosen: int | None = None
+    notes: list[str] = field(default_factory=list)
+    spill: dict[str, Any] | None = None
+    degraded_from: str | None = None
 
 
 def _rejected(
@@ -122,26 +123,12 @@ def render_explanation(
     }
 
 
-@dataclass(slots=True)
-class Explanation:
+@dataclass(slots=True, kw_only=True)
+class Explanation(ExplanationArrays):
     """Everything needed to answer "why did this request go there?"."""
 
     fleet: Fleet
     arm: Arm
-    candidates: np.ndarray
-    reasons: np.ndarray
-    components: np.ndarray | None
-    scores: np.ndarray | None
-    v_peak_gb: float
-    v_used_gb: np.ndarray
-    limit_gb: np.ndarray
-    weights: tuple[float, ...]
-    weights_version: str
-    prefiltered_out: int
-    chosen: int | None = None
-    notes: list[str] = field(default_factory=list)
-    spill: dict[str, Any] | None = None
-    degraded_from: str | None = None
 
     def rejected(self) -> list[tuple[str, str]]:
         """(target id, reason) for every candidate that was not eligible."""
