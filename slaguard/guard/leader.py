@@ -25,6 +25,11 @@ other replicas: `publish(text)` on the leader, `latest()` elsewhere (no I/O: the
 text received by a poll). PostgreSQL: `pg_notify` on the lease connection, which every
 replica LISTENs on (the poll's query delivers what arrived); SQLite: a file beside the
 lock file, replaced atomically.
+
+The other direction: followers forward their guard samples and arrivals to the leader
+(`forward(texts)` on a follower, `take_forwarded()` on the leader; see `forward.py`).
+PostgreSQL: `pg_notify` on a second channel that only the leader LISTENs on (it starts
+at the poll that takes the lock); SQLite: a spool directory beside the lock file.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import psycopg
 from sqlalchemy.engine import URL
 
 from slaguard.audit.engine import sqlite_path
+from slaguard.guard.forward import SpoolDir
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +52,7 @@ LOCK_KEY = int.from_bytes(b"slaguard", "big")
 """The advisory lock key (a bigint; advisory locks are per database)."""
 APPLICATION_PREFIX = "slaguard-guard:"
 ROUTER_CHANNEL = "slaguard_guard_router"
+SAMPLES_CHANNEL = "slaguard_guard_samples"
 MAX_NOTIFY_BYTES = 7900
 """PostgreSQL's NOTIFY payload limit is 8000 bytes."""
 LEASE_S = 4.0
@@ -85,6 +92,14 @@ class LeaderLease(Protocol):
         """The last text another replica published, as of the last poll (no I/O)."""
         ...
 
+    def forward(self, texts: list[str]) -> None:
+        """Follower: hand these batches to the leader (blocking, bounded; best effort)."""
+        ...
+
+    def take_forwarded(self) -> list[str]:
+        """Leader: the batches forwarded to it since the last call, each once."""
+        ...
+
     def close(self) -> None:
         """Give leadership up."""
         ...
@@ -107,6 +122,7 @@ class PostgresLeaderLease:
         self._conn: psycopg.Connection | None = None
         self._held = False
         self._latest: str | None = None
+        self._forwarded: list[str] = []
 
     @property
     def held(self) -> bool:
@@ -116,20 +132,35 @@ class PostgresLeaderLease:
         if len(text.encode()) > MAX_NOTIFY_BYTES:
             log.warning("router inputs not published: %d bytes", len(text.encode()))
             return
-        conn = self._conn
-        if conn is None or conn.closed:
-            return
-        try:
-            conn.execute("SELECT pg_notify(%s, %s)", (ROUTER_CHANNEL, text))
-        except psycopg.Error as exc:
-            log.debug("router inputs not published: %s", exc)
+        self._notify(ROUTER_CHANNEL, [text])
 
     def latest(self) -> str | None:
         return self._latest
 
+    def forward(self, texts: list[str]) -> None:
+        self._notify(SAMPLES_CHANNEL, texts)
+
+    def take_forwarded(self) -> list[str]:
+        """What the last polls received (the notifications arrive with their queries)."""
+        texts, self._forwarded = self._forwarded, []
+        return texts
+
+    def _notify(self, channel: str, texts: list[str]) -> None:
+        conn = self._conn
+        if conn is None or conn.closed or not texts:
+            return
+        try:
+            with conn.pipeline():
+                for text in texts:
+                    conn.execute("SELECT pg_notify(%s, %s)", (channel, text))
+        except psycopg.Error as exc:
+            log.debug("notification on %s not sent: %s", channel, exc)
+
     def _on_notify(self, notify: psycopg.Notify) -> None:
         if notify.channel == ROUTER_CHANNEL:
             self._latest = notify.payload
+        elif notify.channel == SAMPLES_CHANNEL and self._held:
+            self._forwarded.append(notify.payload)
 
     def _connect(self) -> psycopg.Connection:
         lease_ms = int(self.lease_s * 1000)
@@ -163,6 +194,8 @@ class PostgresLeaderLease:
             if not self._held:
                 row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
                 self._held = bool(row and row[0])
+                if self._held:
+                    self._conn.execute(f"LISTEN {SAMPLES_CHANNEL}")
         except psycopg.Error as exc:
             if self._held:
                 log.warning("guard leadership lost: %s", str(exc).strip().splitlines()[0])
@@ -171,6 +204,7 @@ class PostgresLeaderLease:
 
     def _drop(self) -> None:
         self._held = False
+        self._forwarded = []
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -198,6 +232,8 @@ class FileLeaderLease:
         self.path = path
         self.replica_id = replica_id
         self.router_path = path.with_name(path.name.removesuffix("-leader") + "-router")
+        self.spool = SpoolDir(path.with_name(path.name.removesuffix("-leader") + "-samples"),
+                              replica_id)  # fmt: skip
         self._fd: int | None = None
         self._latest: str | None = None
 
@@ -215,6 +251,12 @@ class FileLeaderLease:
 
     def latest(self) -> str | None:
         return self._latest
+
+    def forward(self, texts: list[str]) -> None:
+        self.spool.put(texts)
+
+    def take_forwarded(self) -> list[str]:
+        return self.spool.take() if self._fd is not None else []
 
     def _read_published(self) -> None:
         try:
@@ -261,6 +303,12 @@ class SoloLease:
 
     def latest(self) -> str | None:
         return None
+
+    def forward(self, texts: list[str]) -> None:
+        return None
+
+    def take_forwarded(self) -> list[str]:
+        return []
 
     def close(self) -> None:
         return None

@@ -7,8 +7,8 @@ on its own.
 | `current()`, `state()`, `router`, `reports` | router, metrics | every decision | no I/O |
 | `observe_arrival(at_s, prefix)` | routing decision | per request | queue only (local feed) |
 | `observe(sample)` | request path | per finished request | queue only (local feed) |
-| `sync(now_s)` | mode sync job | 500 ms | leadership; adopt a newer mode; router inputs out or in |
-| `evaluate(now_s)` | detector job | 1 s | leader: feed, evaluate, store events |
+| `sync(now_s)` | mode sync job | 500 ms | leadership; newer mode; router inputs; samples out |
+| `evaluate(now_s)` | detector job | 1 s | leader: feed (own + forwarded), evaluate, store events |
 | `deliver(now_s)` | notify job | 1 s | leader: send due outbox messages |
 | `command(...)` | admin endpoint | on demand | rollback (alert: + incident) / hold / resume |
 | `close()` | shutdown | once | give leadership up |
@@ -35,6 +35,7 @@ from slaguard.guard.breaker import BreakerPhase, BreakerState
 from slaguard.guard.config import GuardConfig
 from slaguard.guard.events import GuardEvent, ModeChangedEvent
 from slaguard.guard.feed import AuditSampleFeed
+from slaguard.guard.forward import decode_batch, encode_batches
 from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore, QueuedMessage
 from slaguard.guard.leader import LeaderLease
@@ -78,6 +79,8 @@ class ReplicaStats:
     leader_changes: int = 0
     sent: int = 0
     send_failures: int = 0
+    forwarded_out: int = 0
+    forwarded_in: int = 0
     last_error: str | None = None
 
 
@@ -208,18 +211,25 @@ class GuardReplica:
             self.lease.publish(self.router.to_text(self.replica_id, now_s))
         else:
             self.router = RouterInputs.from_text(self.lease.latest(), now_s, self.replica_id)
+            self._forward(now_s)
         return report
 
     def evaluate(self, now_s: float) -> list[GuardEvent]:
-        """Leader: feed the detectors, evaluate once, store what changed. Others: keep
-        their detectors fed with local samples and return nothing."""
-        if self.guard.state.version < 0:
+        """Leader: feed the detectors (its own samples, the followers' forwarded ones, the
+        audit feed's), evaluate once, store what changed. Others: nothing (their samples
+        go to the leader at their sync)."""
+        if self.guard.state.version < 0 or not self._leading:
             return []
-        leading = self._leading
         samples: list[GuardSample] = []
-        if leading and self.feed is not None:
+        arrivals: list[tuple[float, str | None]] = []
+        for text in self.lease.take_forwarded():
+            got, came = decode_batch(text, now_s, self.replica_id)
+            samples += got
+            arrivals += came
+        self.stats.forwarded_in += len(samples) + len(arrivals)
+        if self.feed is not None:
             try:
-                samples = self.feed.poll(now_s)
+                samples += self.feed.poll(now_s)
             except SQLAlchemyError as exc:
                 self.stats.last_error = _first_line(exc)
                 log.warning("guard sample feed failed: %s", self.stats.last_error)
@@ -228,10 +238,10 @@ class GuardReplica:
                 self.guard.observe_arrival(*self._arrivals.popleft())
             while self._local:
                 self.guard.observe(self._local.popleft())
+            for at_s, prefix_id in arrivals:
+                self.guard.observe_arrival(at_s, prefix_id)
             for sample in samples:
                 self.guard.observe(sample)
-            if not leading:
-                return []
             self.stats.evaluations += 1
             events = self.guard.evaluate(now_s)
             self.router = RouterInputs(
@@ -308,6 +318,24 @@ class GuardReplica:
         self.lease.close()
 
     # -- internals --------------------------------------------------------------------------
+
+    def _forward(self, now_s: float) -> None:
+        """Follower: this replica's queued samples and arrivals go to the leader (at most
+        once: what the leader misses while leadership changes hands is lost), and into
+        these detectors too, so that a replica taking over starts with its own share."""
+        with self._lock:
+            samples = list(self._local)
+            arrivals = list(self._arrivals)
+            self._local.clear()
+            self._arrivals.clear()
+            for at_s, prefix_id in arrivals:
+                self.guard.observe_arrival(at_s, prefix_id)
+            for sample in samples:
+                self.guard.observe(sample)
+        if samples or arrivals:
+            batches = list(encode_batches(self.replica_id, now_s, samples, arrivals))
+            self.lease.forward(batches)
+            self.stats.forwarded_out += len(samples) + len(arrivals)
 
     def _reset_leader_state(self, now_s: float, *, leading: bool) -> None:
         """A new leader continues from the database: open incident, breaker, history."""

@@ -1,0 +1,148 @@
+"""Followers' guard samples and arrivals, carried to the leader in compact batches.
+
+Every replica routes its share of the traffic, only the leader evaluates. At each 500 ms
+sync a follower drains what it queued (finished requests, arrivals) into batches and
+hands them to its lease (`LeaderLease.forward`); the leader takes what arrived
+(`LeaderLease.take_forwarded`) and feeds it to its detectors through the same calls as
+its own samples. A batch is one JSON text of at most `MAX_BATCH_BYTES` (PostgreSQL's
+NOTIFY payload limit is 8000 bytes): a larger drain is split into several.
+
+Delivery is at most once: a batch sent while no replica leads, or while leadership
+changes hands, is lost (PostgreSQL: nobody LISTENs; SQLite: a spool file older than
+`MAX_AGE_S` is dropped by the next leader). The detectors are statistical; a gap of a
+second or two in their input only shortens a window.
+
+SQLite: `SpoolDir`, a directory beside the lock file. A follower writes each batch to a
+file of its own and renames it into place (atomic: the leader never sees half a batch);
+the leader reads and deletes every file there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from slaguard.guard.samples import GuardSample
+from slaguard.scheduler.rollout import Arm
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH_BYTES = 7900
+MAX_AGE_S = 10.0
+"""A forwarded batch older than this when the leader reads it is dropped."""
+
+Arrival = tuple[float, str | None]
+
+
+def _sample_row(s: GuardSample) -> list[object]:
+    return [
+        round(s.at_s, 4), s.target_id, s.card_type, s.model_id, int(s.sla_met),
+        s.deadline_s, None if s.ttft_s is None else round(s.ttft_s, 5),
+        None if s.arm is None else s.arm.value, s.model_version, s.model_deployed_at_s,
+        s.prefix_id, s.prompt_tokens,
+    ]  # fmt: skip
+
+
+def _sample(row: list[object]) -> GuardSample:
+    at, target, card, model, met, deadline, ttft, arm, version, deployed, prefix, tokens = row
+    return GuardSample(
+        at_s=float(at),  # type: ignore[arg-type]
+        target_id=str(target),
+        card_type=str(card),
+        model_id=str(model),
+        sla_met=bool(met),
+        deadline_s=float(deadline),  # type: ignore[arg-type]
+        ttft_s=None if ttft is None else float(ttft),  # type: ignore[arg-type]
+        arm=None if arm is None else Arm(str(arm)),
+        model_version=str(version),
+        model_deployed_at_s=None if deployed is None else float(deployed),  # type: ignore[arg-type]
+        prefix_id=None if prefix is None else str(prefix),
+        prompt_tokens=None if tokens is None else int(tokens),  # type: ignore[call-overload]
+    )
+
+
+def encode_batches(
+    replica_id: str,
+    at_s: float,
+    samples: Iterable[GuardSample],
+    arrivals: Iterable[Arrival],
+    *,
+    max_bytes: int = MAX_BATCH_BYTES,
+) -> Iterator[str]:
+    """The samples and arrivals as JSON texts of at most `max_bytes` bytes each."""
+    head = json.dumps({"r": replica_id, "at": at_s}, separators=(",", ":"))[:-1]
+    rows: dict[str, list[str]] = {"s": [], "a": []}
+    size = len(head.encode()) + len(',"s":[],"a":[]}')
+    items = [("s", _sample_row(s)) for s in samples]
+    items += [("a", [round(at, 4), prefix]) for at, prefix in arrivals]
+    for key, row in items:
+        text = json.dumps(row, separators=(",", ":"))
+        cost = len(text.encode()) + 1
+        if size + cost > max_bytes and (rows["s"] or rows["a"]):
+            yield _batch(head, rows)
+            rows = {"s": [], "a": []}
+            size = len(head.encode()) + len(',"s":[],"a":[]}')
+        rows[key].append(text)
+        size += cost
+    if rows["s"] or rows["a"]:
+        yield _batch(head, rows)
+
+
+def _batch(head: str, rows: dict[str, list[str]]) -> str:
+    return f'{head},"s":[{",".join(rows["s"])}],"a":[{",".join(rows["a"])}]}}'
+
+
+def decode_batch(text: str, now_s: float, own_id: str) -> tuple[list[GuardSample], list[Arrival]]:
+    """One batch's samples and arrivals; nothing when it is ours, too old or unreadable."""
+    try:
+        body = json.loads(text)
+        if body["r"] == own_id or now_s - float(body["at"]) > MAX_AGE_S:
+            return [], []
+        samples = [_sample(row) for row in body["s"]]
+        arrivals = [(float(at), None if p is None else str(p)) for at, p in body["a"]]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        log.warning("unreadable forwarded guard samples ignored")
+        return [], []
+    return samples, arrivals
+
+
+class SpoolDir:
+    """Batch files in a directory: written whole and renamed in by followers, read and
+    deleted by the leader."""
+
+    def __init__(self, path: Path, replica_id: str) -> None:
+        self.path = path
+        self.name = re.sub(r"[^A-Za-z0-9_-]", "_", replica_id)
+        self._seq = 0
+
+    def put(self, texts: Iterable[str]) -> None:
+        """Follower: one file per batch (best effort)."""
+        try:
+            self.path.mkdir(exist_ok=True)
+            for text in texts:
+                self._seq += 1
+                name = f"{self.name}.{os.getpid()}.{self._seq:012d}"
+                tmp = self.path / f".{name}.tmp"
+                tmp.write_text(text)
+                os.replace(tmp, self.path / f"{name}.batch")
+        except OSError as exc:
+            log.debug("guard samples not forwarded: %s", exc)
+
+    def take(self) -> list[str]:
+        """Leader: every complete batch waiting, each handed out once."""
+        try:
+            names = sorted(p for p in self.path.glob("*.batch"))
+        except OSError:
+            return []
+        texts: list[str] = []
+        for name in names:
+            try:
+                texts.append(name.read_text())
+                name.unlink()
+            except OSError as exc:
+                log.debug("forwarded batch %s skipped: %s", name.name, exc)
+        return texts

@@ -1,0 +1,148 @@
+"""Followers forward their guard samples and arrivals to the leader: the batch format
+(split under PostgreSQL's NOTIFY limit) and the SQLite spool directory, on a simulated
+clock with two replicas on one SQLite file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.migrate import upgrade
+from slaguard.guard.config import GuardConfig
+from slaguard.guard.forward import MAX_AGE_S, MAX_BATCH_BYTES, decode_batch, encode_batches
+from slaguard.guard.leader import FileLeaderLease, lease_for
+from slaguard.guard.runtime import GuardReplica
+from slaguard.guard.samples import GuardSample
+from slaguard.notify.console import ConsoleNotifier
+from slaguard.scheduler.rollout import Arm
+
+MODEL = "llama3.1-8b"
+CARDS = ("h100", "h200", "a100", "l40s")
+SLOW = "h200-8b"
+GUARD = {
+    "ttft_zscore": {
+        "window_s": 6.0,
+        "slice_s": 1.0,
+        "tier_window_s": 6.0,
+        "min_samples": 10,
+        "demote_after_s": 2.0,
+    }
+}
+
+
+def test_batches_stay_under_the_notify_limit_and_round_trip() -> None:
+    samples = [
+        GuardSample(
+            1000.0 + i / 1000,
+            f"target-{i % 7}",
+            "h100",
+            MODEL,
+            i % 3 > 0,
+            2.5,
+            0.125 if i % 5 else None,
+            Arm.LEARNED if i % 2 else None,
+            "v2",
+            900.5,
+            f"{i:016x}",
+            300 + i,
+        )
+        for i in range(1500)
+    ]
+    arrivals = [(1000.0 + i / 1000, None if i % 4 == 0 else f"{i:016x}") for i in range(2500)]
+    batches = list(encode_batches("replica-b", 1001.5, samples, arrivals))
+    sizes = [len(b.encode()) for b in batches]
+    assert max(sizes) <= MAX_BATCH_BYTES and min(sizes[:-1]) > MAX_BATCH_BYTES - 200  # full
+    assert sum(sizes) < 1500 * 130 + 2500 * 32  # compact: < 130 bytes a sample, 32 an arrival
+    got_samples: list[GuardSample] = []
+    got_arrivals: list[tuple[float, str | None]] = []
+    for text in batches:
+        json.loads(text)
+        s, a = decode_batch(text, 1002.0, "replica-a")
+        got_samples += s
+        got_arrivals += a
+    assert got_samples == samples and got_arrivals == arrivals
+    assert decode_batch(batches[0], 1002.0, "replica-b") == ([], [])  # our own
+    assert decode_batch(batches[0], 1001.5 + MAX_AGE_S + 0.1, "replica-a") == ([], [])
+    assert decode_batch("{not json", 1002.0, "replica-a") == ([], [])
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    engine = create_audit_engine(f"sqlite:///{tmp_path / 'audit.db'}")
+    upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+def _replicas(engine: Engine) -> tuple[GuardReplica, GuardReplica]:
+    config = GuardConfig.model_validate(GUARD)
+    a, b = (
+        GuardReplica(
+            engine, lease_for(engine.url, rid), ConsoleNotifier(), replica_id=rid, config=config
+        )
+        for rid in ("a", "b")
+    )
+    return a, b
+
+
+def test_the_leader_demotes_a_target_only_the_follower_saw(engine: Engine) -> None:
+    """All the traffic goes through the follower: 6 s normal, then the H200 8x slower.
+    The follower's samples reach the leader's detectors through the spool at each sync,
+    and the leader demotes the H200 (2 s of high Z-score) as if it had seen them."""
+    a, b = _replicas(engine)
+    assert isinstance(b.lease, FileLeaderLease)
+    spool = b.lease.spool.path
+    try:
+        now = 1_000.0
+        assert a.sync(now).leader and not b.sync(now).leader
+        demoted_at = None
+        for tick in range(1, 201):  # 20 s in 100 ms steps
+            now += 0.1
+            for i, card in enumerate(CARDS):
+                slow = tick > 60 and card == "h200"
+                ttft = 0.05 * (8.0 if slow else 1.0) * (1.0 + 0.05 * ((tick + i) % 4))
+                b.observe(GuardSample(now, f"{card}-8b", card, MODEL, True, 1.0, ttft))
+            if tick % 5 == 0:
+                a.sync(now)
+                b.sync(now)
+            if tick % 10 == 0:
+                assert b.evaluate(now) == []
+                a.evaluate(now)
+                if demoted_at is None and a.router.demoted == {SLOW}:
+                    demoted_at = now
+        assert b.stats.forwarded_out == 800 and a.stats.forwarded_in == 800
+        assert demoted_at is not None and demoted_at - 1_006.0 <= 4.0, demoted_at
+        assert list(spool.glob("*.batch")) == []  # the leader took every batch
+        b.sync(now + 0.5)
+        assert b.router.demoted == {SLOW}  # and published its verdict back
+        print(f"demoted {demoted_at - 1_006.0:.1f} s (simulated) after the slowdown")
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_leader_drops_batches_older_than_max_age(engine: Engine) -> None:
+    """At most once, and only fresh: what waited longer than MAX_AGE_S (no leader reading
+    it) is removed unread instead of being fed as if it had just happened."""
+    a, b = _replicas(engine)
+    try:
+        now = 2_000.0
+        assert a.sync(now).leader and not b.sync(now).leader
+        b.observe_arrival(now, "p")
+        b.observe(GuardSample(now, "h100-8b", "h100", MODEL, True, 1.0, 0.05))
+        b.sync(now)
+        assert b.stats.forwarded_out == 2
+        a.evaluate(now + MAX_AGE_S + 1.0)
+        assert a.stats.forwarded_in == 0 and a.lease.take_forwarded() == []
+        b.observe_arrival(now + 12.0, "p")
+        b.sync(now + 12.0)
+        a.evaluate(now + 12.5)
+        assert a.stats.forwarded_in == 1
+    finally:
+        a.close()
+        b.close()
