@@ -5,6 +5,8 @@ clock with two replicas on one SQLite file."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +16,13 @@ from sqlalchemy import Engine
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
 from slaguard.guard.config import GuardConfig
-from slaguard.guard.forward import MAX_AGE_S, MAX_BATCH_BYTES, decode_batch, encode_batches
+from slaguard.guard.forward import (
+    MAX_AGE_S,
+    MAX_BATCH_BYTES,
+    SpoolDir,
+    decode_batch,
+    encode_batches,
+)
 from slaguard.guard.leader import FileLeaderLease, lease_for
 from slaguard.guard.runtime import GuardReplica
 from slaguard.guard.samples import GuardSample
@@ -146,3 +154,22 @@ def test_the_leader_drops_batches_older_than_max_age(engine: Engine) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_the_spool_is_bounded_and_abandoned_partial_files_are_removed(tmp_path: Path) -> None:
+    """A stopped leader reads nothing: followers stop at `max_files`; a follower that died
+    mid-write leaves a `.tmp` the leader removes once it is older than MAX_AGE_S."""
+    spool = SpoolDir(tmp_path / "spool", "replica-b", max_files=3)
+    spool.put(["a", "b"])
+    spool.put(["c", "d"])  # 2 waiting < 3: both written
+    spool.put(["e"])  # 4 waiting >= 3: dropped
+    assert sorted(p.read_text() for p in spool.path.glob("*.batch")) == ["a", "b", "c", "d"]
+    old = spool.path / ".replica-c.1.000000000001.tmp"
+    fresh = spool.path / ".replica-c.1.000000000002.tmp"
+    old.write_text("half")
+    fresh.write_text("half")
+    past = time.time() - MAX_AGE_S - 5.0
+    os.utime(old, (past, past))
+    assert spool.take() == ["a", "b", "c", "d"]
+    assert not old.exists() and fresh.exists()
+    assert spool.take() == []

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -110,19 +111,30 @@ def decode_batch(text: str, now_s: float, own_id: str) -> tuple[list[GuardSample
     return samples, arrivals
 
 
+MAX_SPOOL_FILES = 2000
+"""Followers stop adding batch files beyond this many waiting (a leader stopped, not dead,
+reads nothing): ~15 minutes of one follower's batches, far past `MAX_AGE_S`."""
+
+
 class SpoolDir:
     """Batch files in a directory: written whole and renamed in by followers, read and
     deleted by the leader."""
 
-    def __init__(self, path: Path, replica_id: str) -> None:
+    def __init__(self, path: Path, replica_id: str, max_files: int = MAX_SPOOL_FILES) -> None:
         self.path = path
         self.name = re.sub(r"[^A-Za-z0-9_-]", "_", replica_id)
+        self.max_files = max_files
         self._seq = 0
 
     def put(self, texts: Iterable[str]) -> None:
-        """Follower: one file per batch (best effort)."""
+        """Follower: one file per batch (best effort; nothing once the spool is full)."""
         try:
             self.path.mkdir(exist_ok=True)
+            if len(os.listdir(self.path)) >= self.max_files:
+                log.debug(
+                    "guard samples not forwarded: %d files wait in %s", self.max_files, self.path
+                )
+                return
             for text in texts:
                 self._seq += 1
                 name = f"{self.name}.{os.getpid()}.{self._seq:012d}"
@@ -133,9 +145,11 @@ class SpoolDir:
             log.debug("guard samples not forwarded: %s", exc)
 
     def take(self) -> list[str]:
-        """Leader: every complete batch waiting, each handed out once."""
+        """Leader: every complete batch waiting, each handed out once; the half-written
+        files of followers that died mid-write are removed once older than `MAX_AGE_S`."""
         try:
             names = sorted(p for p in self.path.glob("*.batch"))
+            self._remove_abandoned(self.path.glob(".*.tmp"))
         except OSError:
             return []
         texts: list[str] = []
@@ -146,3 +160,13 @@ class SpoolDir:
             except OSError as exc:
                 log.debug("forwarded batch %s skipped: %s", name.name, exc)
         return texts
+
+    @staticmethod
+    def _remove_abandoned(partials: Iterable[Path]) -> None:
+        cutoff = time.time() - MAX_AGE_S
+        for partial in partials:
+            try:
+                if partial.stat().st_mtime < cutoff:
+                    partial.unlink()
+            except OSError:
+                continue
