@@ -10,6 +10,17 @@ from slaguard.fleet import Fleet, Priority, Request, build_fleet
 
 _T = TypeVar("_T")
 
+FAST_GUARD = {
+    "ttft_zscore": {
+        "window_s": 6.0,
+        "slice_s": 1.0,
+        "tier_window_s": 6.0,
+        "min_samples": 10,
+        "demote_after_s": 2.0,
+    }
+}
+"""Guard settings on a seconds time scale (TTFT p99 over 6 s, demotion after 2 s)."""
+
 
 def wait_for(what: str, check: Callable[[], _T | None], timeout_s: float = 15.0) -> _T:
     """Poll `check` every 10 ms until it returns something truthy (returned), or fail."""

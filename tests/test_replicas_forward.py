@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import FAST_GUARD as GUARD
 from sqlalchemy import Engine
 
 from slaguard.audit.engine import create_audit_engine
@@ -32,15 +33,6 @@ from slaguard.scheduler.rollout import Arm
 MODEL = "llama3.1-8b"
 CARDS = ("h100", "h200", "a100", "l40s")
 SLOW = "h200-8b"
-GUARD = {
-    "ttft_zscore": {
-        "window_s": 6.0,
-        "slice_s": 1.0,
-        "tier_window_s": 6.0,
-        "min_samples": 10,
-        "demote_after_s": 2.0,
-    }
-}
 
 
 def test_batches_stay_under_the_notify_limit_and_round_trip() -> None:

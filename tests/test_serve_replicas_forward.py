@@ -10,42 +10,34 @@ incident and the switch to round-robin land in the database.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
+from e2e.serve import ServeReplica, leaders, serve_pair
 from helpers import wait_for
 from sqlalchemy import select
 from sqlalchemy.engine import URL
-from test_serve_replicas import FLEET, START_TIMEOUT_S, Serve, leaders
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.models import FleetState, Incident, ModeChange
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+FLEET = {"targets": [{"id": "l40s-8b", "model": "llama3.1-8b", "card": "l40s", "count": 2}]}
 TRIP_S = 8.0
 """Forwarding (<= 0.5 s) + 3 bad evaluations (2-3 s) + the hot share building up."""
 
 
 @pytest.fixture
-def pair(pg_url: URL, tmp_path: Path) -> Iterator[tuple[Serve, Serve]]:
-    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(FLEET))
-    started: list[Serve] = []
-    try:
-        for name in ("a", "b"):  # one after the other: the first one migrates the schema
-            serve = Serve(name, pg_url, tmp_path)
-            started.append(serve)
-            wait_for(f"{name} ready", serve.ready, START_TIMEOUT_S)
-        yield started[0], started[1]
-    finally:
-        for serve in started:
-            serve.stop()
+def pair(pg_url: URL, tmp_path: Path) -> Iterator[tuple[ServeReplica, ServeReplica]]:
+    with serve_pair(pg_url, tmp_path, FLEET, admin_token=secrets.token_hex(16)) as replicas:
+        yield replicas
 
 
-def _traffic(follower: Serve, stop: threading.Event) -> int:
+def _traffic(follower: ServeReplica, stop: threading.Event) -> int:
     """Requests through the follower only, every other one with the same prompt."""
     sent = 0
     while not stop.is_set():
@@ -60,7 +52,7 @@ def _traffic(follower: Serve, stop: threading.Event) -> int:
 
 
 def test_a_hot_prompt_seen_only_by_the_follower_trips_the_leader(
-    pair: tuple[Serve, Serve], pg_url: URL
+    pair: tuple[ServeReplica, ServeReplica], pg_url: URL
 ) -> None:
     (leader,) = wait_for("one leader", lambda: len(leaders(pair)) == 1 and leaders(pair), 5.0)
     follower = pair[1] if leader is pair[0] else pair[0]

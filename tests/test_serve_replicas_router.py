@@ -10,18 +10,14 @@ at its own).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
-import yaml
+from e2e.serve import ServeReplica, leaders, serve_pair
+from helpers import FAST_GUARD as GUARD
 from helpers import wait_for
 from sqlalchemy.engine import URL
 
@@ -32,96 +28,24 @@ from slaguard.guard.leader import lease_for
 from slaguard.guard.runtime import ROUTER_MAX_AGE_S, GuardReplica, RouterInputs
 from slaguard.guard.samples import GuardSample
 from slaguard.notify.console import ConsoleNotifier
-from slaguard.service.local import free_port
 
 MODEL = "llama3.1-8b"
 CARDS = ("h100", "h200", "a100", "l40s")
 FLEET = {"targets": [{"id": f"{c}-8b", "model": MODEL, "card": c} for c in CARDS]}
 SLOW = "h200-8b"
-GUARD = {
-    "ttft_zscore": {
-        "window_s": 6.0,
-        "slice_s": 1.0,
-        "tier_window_s": 6.0,
-        "min_samples": 10,
-        "demote_after_s": 2.0,
-    }
-}
-START_TIMEOUT_S = 60.0
 PROPAGATION_S = 1.5
 """Leader's evaluation -> its sync publishes (<= 0.5 s) -> the other's sync (<= 0.5 s)."""
 
 
-class Serve:
-    """One `slaguard serve` process (guard on a short time scale) and its HTTP client."""
-
-    def __init__(self, name: str, db: URL, tmp: Path) -> None:
-        self.name = name
-        port = free_port()
-        cfg = {
-            "fleet": str(tmp / "fleet.yaml"),
-            "db": db.render_as_string(hide_password=False),
-            "port": port,
-            "telemetry": {"scrape": False, "stale_after_s": 300},
-            "gateway": {"enabled": False},
-            "notify_file": str(tmp / "incidents.jsonl"),
-            "log_level": "warning",
-            "guard": GUARD,
-        }
-        (tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLAGUARD_")}
-        workdir = tmp / name
-        workdir.mkdir()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "slaguard", "serve", "--config", str(tmp / f"{name}.yaml")],
-            stdout=subprocess.DEVNULL,
-            stderr=(tmp / f"{name}.err").open("w"),
-            env=env,
-            cwd=workdir,
-        )
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5)
-
-    def ready(self) -> bool:
-        assert self.proc.poll() is None, f"{self.name} exited with {self.proc.returncode}"
-        try:
-            return self.client.get("/readyz").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    def status(self) -> dict[str, Any]:
-        body: dict[str, Any] = self.client.get("/v1/status").json()
-        return body
-
-    def demoted(self) -> list[str]:
-        return [t["target"] for t in self.status()["targets"] if t["demoted"]]
-
-    def jitter(self, target: str) -> float:
-        return float(next(t for t in self.status()["targets"] if t["target"] == target)["jitter_z"])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(20)
-        self.client.close()
-
-
 @pytest.fixture
-def pair(pg_url: URL, tmp_path: Path) -> Iterator[tuple[Serve, Serve]]:
-    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(FLEET))
-    started: list[Serve] = []
-    try:
-        for name in ("a", "b"):  # one after the other: the first one migrates the schema
-            serve = Serve(name, pg_url, tmp_path)
-            started.append(serve)
-            wait_for(f"{name} ready", serve.ready, START_TIMEOUT_S)
-        yield started[0], started[1]
-    finally:
-        for serve in started:
-            serve.stop()
+def pair(pg_url: URL, tmp_path: Path) -> Iterator[tuple[ServeReplica, ServeReplica]]:
+    config = {"telemetry": {"scrape": False, "stale_after_s": 300}, "guard": GUARD}
+    with serve_pair(pg_url, tmp_path, FLEET, config) as replicas:
+        yield replicas
 
 
 def _traffic(
-    leader: Serve, seconds: float, slow: bool, stop: threading.Event | None = None
+    leader: ServeReplica, seconds: float, slow: bool, stop: threading.Event | None = None
 ) -> None:
     """Round-robin traffic through the leader, each request's feedback at once; the slow
     target answers 8x slower when `slow`."""
@@ -143,12 +67,9 @@ def _traffic(
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_the_leaders_demotion_reaches_the_other_replicas_router(
-    pair: tuple[Serve, Serve],
+    pair: tuple[ServeReplica, ServeReplica],
 ) -> None:
-    def leading() -> list[Serve]:
-        return [s for s in pair if s.status()["guard"]["leader"]]
-
-    (leader,) = wait_for("one leader", lambda: len(leading()) == 1 and leading(), 5.0)
+    (leader,) = wait_for("one leader", lambda: len(leaders(pair)) == 1 and leaders(pair), 5.0)
     other = pair[1] if leader is pair[0] else pair[0]
     # baselines a window (6 s) old on every target, then the H200 slows down 8x
     _traffic(leader, 9.0, slow=False)
