@@ -25,7 +25,8 @@ from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
 from slaguard.guard.config import GuardConfig
 from slaguard.guard.leader import lease_for
-from slaguard.guard.runtime import ROUTER_MAX_AGE_S, GuardReplica, RouterInputs
+from slaguard.guard.router_inputs import ROUTER_MAX_AGE_S, RouterInputs
+from slaguard.guard.runtime import GuardReplica
 from slaguard.guard.samples import GuardSample
 from slaguard.notify.console import ConsoleNotifier
 

@@ -21,12 +21,11 @@ from `command` (a human must see them).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections import deque
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -42,6 +41,7 @@ from slaguard.guard.leader import LeaderLease
 from slaguard.guard.manual import ManualAction, ManualOutcome, apply_manual
 from slaguard.guard.modes import ModeState, ModeTransition, TransitionKind
 from slaguard.guard.persist import EventPersister
+from slaguard.guard.router_inputs import RouterInputs
 from slaguard.guard.samples import GuardSample
 from slaguard.guard.store import FleetStateMissingError, GuardStore
 from slaguard.guard.verdicts import DetectorReport, Verdict
@@ -53,8 +53,6 @@ log = logging.getLogger(__name__)
 LOCAL_QUEUE_MAX = 100_000
 """Locally observed samples waiting for the next evaluation (oldest dropped beyond)."""
 NOT_LOADED = ModeState(version=-1, reason="not loaded from the database yet", auto_advance=False)
-ROUTER_MAX_AGE_S = 3.0
-"""Router inputs published longer ago than this (a leader gone quiet) are dropped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,35 +80,6 @@ class ReplicaStats:
     forwarded_out: int = 0
     forwarded_in: int = 0
     last_error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RouterInputs:
-    """The leader's jitter Z-scores and demoted targets: computed on the leader, taken
-    by the others from what the leader publishes at each sync (at most ~1 s behind)."""
-
-    jitter_z: dict[str, float] = field(default_factory=dict)
-    demoted: frozenset[str] = frozenset()
-
-    def to_text(self, replica_id: str, at_s: float) -> str:
-        z = {t: round(v, 2) for t, v in sorted(self.jitter_z.items())}
-        body = {"replica": replica_id, "at": at_s, "jitter_z": z, "demoted": sorted(self.demoted)}
-        return json.dumps(body, separators=(",", ":"))
-
-    @classmethod
-    def from_text(cls, text: str | None, now_s: float, own_id: str) -> RouterInputs:
-        """What another replica published; empty when absent, ours, stale or unreadable."""
-        if not text:
-            return cls()
-        try:
-            body = json.loads(text)
-            if body["replica"] == own_id or now_s - float(body["at"]) > ROUTER_MAX_AGE_S:
-                return cls()
-            z = {str(t): float(v) for t, v in body["jitter_z"].items()}
-            return cls(z, frozenset(str(t) for t in body["demoted"]))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            log.warning("unreadable router inputs from the guard leader ignored")
-            return cls()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,42 @@
+"""The router inputs the guard leader publishes: its jitter Z-scores and demotions, taken
+by every other replica at its 500 ms sync so that all routers avoid the same targets."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+ROUTER_MAX_AGE_S = 3.0
+"""Router inputs published longer ago than this (a leader gone quiet) are dropped."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouterInputs:
+    """The leader's jitter Z-scores and demoted targets: computed on the leader, taken
+    by the others from what the leader publishes at each sync (at most ~1 s behind)."""
+
+    jitter_z: dict[str, float] = field(default_factory=dict)
+    demoted: frozenset[str] = frozenset()
+
+    def to_text(self, replica_id: str, at_s: float) -> str:
+        z = {t: round(v, 2) for t, v in sorted(self.jitter_z.items())}
+        body = {"replica": replica_id, "at": at_s, "jitter_z": z, "demoted": sorted(self.demoted)}
+        return json.dumps(body, separators=(",", ":"))
+
+    @classmethod
+    def from_text(cls, text: str | None, now_s: float, own_id: str) -> RouterInputs:
+        """What another replica published; empty when absent, ours, stale or unreadable."""
+        if not text:
+            return cls()
+        try:
+            body = json.loads(text)
+            if body["replica"] == own_id or now_s - float(body["at"]) > ROUTER_MAX_AGE_S:
+                return cls()
+            z = {str(t): float(v) for t, v in body["jitter_z"].items()}
+            return cls(z, frozenset(str(t) for t in body["demoted"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.warning("unreadable router inputs from the guard leader ignored")
+            return cls()
