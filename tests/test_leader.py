@@ -88,6 +88,26 @@ def test_a_silent_leader_loses_the_lease_after_lease_s(
     assert not a.poll()
 
 
+def test_a_silent_leader_loses_the_lease_while_followers_forward_and_publish(
+    pg_url: URL, leases: list[PostgresLeaderLease]
+) -> None:
+    """Followers keep forwarding samples (and the leader had published) while the leader
+    is silent: none of that may keep its lock's session alive past `lease_s`."""
+    a = pg_lease(leases, pg_url, "a", lease_s=1.0)
+    b = pg_lease(leases, pg_url, "b")
+    assert a.poll() and not b.poll()
+    a.poll()  # opens its samples connection and LISTENs
+    a.publish('{"replica":"a"}')
+    start = time.monotonic()
+    while not b.poll():
+        assert time.monotonic() - start < 5.0, "a silent leader kept its lease"
+        b.forward(['{"r":"b","at":0,"s":[],"a":[]}'] * 3)
+        time.sleep(0.05)
+    assert 0.5 < time.monotonic() - start < 3.0
+    assert not a.poll()
+    assert b.take_forwarded() == []  # it leads now; what it sent before is not its input
+
+
 def test_other_databases_have_their_own_leader(
     pg_url: URL, leases: list[PostgresLeaderLease]
 ) -> None:

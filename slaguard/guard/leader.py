@@ -28,8 +28,10 @@ lock file, replaced atomically.
 
 The other direction: followers forward their guard samples and arrivals to the leader
 (`forward(texts)` on a follower, `take_forwarded()` on the leader; see `forward.py`).
-PostgreSQL: `pg_notify` on a second channel that only the leader LISTENs on (it starts
-at the poll that takes the lock); SQLite: a spool directory beside the lock file.
+PostgreSQL: `pg_notify` on a second channel that only the leader LISTENs on, on a second
+connection opened at the poll that takes the lock (notifications arriving on the lock's
+own connection would keep a frozen leader's session from ever timing out); SQLite: a
+spool directory beside the lock file.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ class PostgresLeaderLease:
         self._held = False
         self._latest: str | None = None
         self._forwarded: list[str] = []
+        self._samples_conn: psycopg.Connection | None = None
 
     @property
     def held(self) -> bool:
@@ -150,9 +153,8 @@ class PostgresLeaderLease:
         if conn is None or conn.closed or not texts:
             return
         try:
-            with conn.pipeline():
-                for text in texts:
-                    conn.execute("SELECT pg_notify(%s, %s)", (channel, text))
+            for text in texts:
+                conn.execute("SELECT pg_notify(%s, %s)", (channel, text))
         except psycopg.Error as exc:
             log.debug("notification on %s not sent: %s", channel, exc)
 
@@ -162,10 +164,12 @@ class PostgresLeaderLease:
         elif notify.channel == SAMPLES_CHANNEL and self._held:
             self._forwarded.append(notify.payload)
 
-    def _connect(self) -> psycopg.Connection:
+    def _connect(self, *, idle_timeout: bool = True) -> psycopg.Connection:
         lease_ms = int(self.lease_s * 1000)
+        idle = f"-c idle_session_timeout={lease_ms} " if idle_timeout else ""
         options = (
-            f"-c idle_session_timeout={lease_ms} -c statement_timeout={lease_ms} "
+            f"{idle}-c statement_timeout={lease_ms} "
+            f"-c idle_in_transaction_session_timeout={lease_ms} "
             "-c tcp_keepalives_idle=2 -c tcp_keepalives_interval=1 -c tcp_keepalives_count=2"
         )
         conn = psycopg.connect(
@@ -180,7 +184,6 @@ class PostgresLeaderLease:
             keepalives_count=2,
         )
         conn.add_notify_handler(self._on_notify)
-        conn.execute(f"LISTEN {ROUTER_CHANNEL}")
         return conn
 
     def poll(self) -> bool:
@@ -188,23 +191,48 @@ class PostgresLeaderLease:
             if self._conn is None or self._conn.closed:
                 self._held = False
                 self._conn = self._connect()
+                self._conn.execute(f"LISTEN {ROUTER_CHANNEL}")
             if self._held:
                 row = self._conn.execute(_HELD_SQL, (_CLASS_ID, _OBJ_ID)).fetchone()
                 self._held = bool(row and row[0])
             if not self._held:
                 row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
                 self._held = bool(row and row[0])
-                if self._held:
-                    self._conn.execute(f"LISTEN {SAMPLES_CHANNEL}")
         except psycopg.Error as exc:
             if self._held:
                 log.warning("guard leadership lost: %s", str(exc).strip().splitlines()[0])
             self._drop()
+        self._pump_samples()
         return self._held
+
+    def _pump_samples(self) -> None:
+        """The leader LISTENs for forwarded samples on a connection of its own: a steady
+        stream of notifications keeps a session from ever being idle, and the lock's
+        session must time out (`idle_session_timeout`) when its process freezes."""
+        if not self._held:
+            self._close_samples()
+            return
+        try:
+            if self._samples_conn is None or self._samples_conn.closed:
+                self._samples_conn = self._connect(idle_timeout=False)
+                self._samples_conn.execute(f"LISTEN {SAMPLES_CHANNEL}")
+            self._samples_conn.execute("SELECT 1")  # delivers what arrived
+        except psycopg.Error as exc:
+            log.debug("forwarded samples not received: %s", exc)
+            self._close_samples()
+
+    def _close_samples(self) -> None:
+        conn, self._samples_conn = self._samples_conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                log.debug("closing the samples connection failed", exc_info=True)
 
     def _drop(self) -> None:
         self._held = False
         self._forwarded = []
+        self._close_samples()
         if self._conn is not None:
             try:
                 self._conn.close()
