@@ -20,9 +20,11 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    Select,
     String,
     Text,
     TypeDecorator,
+    select,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -184,5 +186,14 @@ class FleetState(Base):
 
 
 FLEET_STATE_ROW_ID = 1
+
+
+def select_fleet_state() -> Select[str, datetime, str, str, int]:
+    """The fleet mode row as (mode, since, reason, actor, version)."""
+    return select(
+        FleetState.mode, FleetState.since, FleetState.reason, FleetState.actor, FleetState.version
+    ).where(FleetState.id == FLEET_STATE_ROW_ID)
+
+
 INITIAL_FLEET_MODE = "round_robin"
 """Cold start: round-robin collects the unbiased baseline first (scheduler spec, section 5)."""

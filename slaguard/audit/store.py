@@ -22,6 +22,7 @@ from slaguard.audit.models import (
     Incident,
     ModeChange,
     WeightVersion,
+    select_fleet_state,
     utc_from_unix,
 )
 from slaguard.audit.records import IncidentRecord, ModeChangeRecord, WeightVersionRecord
@@ -95,15 +96,7 @@ def record_mode_change(
         if expected_version is not None:
             stmt = stmt.where(FleetState.version == expected_version)
         if conn.execute(stmt).rowcount != 1:
-            mode, since, reason, actor, version = conn.execute(
-                select(
-                    FleetState.mode,
-                    FleetState.since,
-                    FleetState.reason,
-                    FleetState.actor,
-                    FleetState.version,
-                )
-            ).one()
+            mode, since, reason, actor, version = conn.execute(select_fleet_state()).one()
             current = CurrentMode(mode, since.timestamp(), reason, actor, version)
             raise ModeConflictError(
                 f"fleet mode is {current.mode!r} (version {current.version}), not "

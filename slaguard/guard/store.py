@@ -21,7 +21,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select
 
-from slaguard.audit.models import FLEET_STATE_ROW_ID, FleetState, ModeChange, utc_from_unix
+from slaguard.audit.models import (
+    FLEET_STATE_ROW_ID,
+    FleetState,
+    ModeChange,
+    select_fleet_state,
+    utc_from_unix,
+)
 from slaguard.audit.records import ModeChangeRecord
 from slaguard.audit.store import ModeConflictError, record_mode_change
 from slaguard.guard.modes import HOUR_S, ModeState, ModeTransition, TransitionKind
@@ -116,15 +122,7 @@ class GuardStore:
             return self._read(conn, now_s, trust_row=True) or ModeState()
 
     def _read(self, conn: Connection, now_s: float, trust_row: bool = False) -> ModeState | None:
-        row = conn.execute(
-            select(
-                FleetState.mode,
-                FleetState.since,
-                FleetState.reason,
-                FleetState.actor,
-                FleetState.version,
-            ).where(FleetState.id == FLEET_STATE_ROW_ID)
-        ).one_or_none()
+        row = conn.execute(select_fleet_state()).one_or_none()
         if row is None:
             raise FleetStateMissingError("fleet_state has no row; run `slaguard db upgrade`")
         mode_label, since, reason, actor, version = row
