@@ -67,6 +67,16 @@ def shown_url(url: URL | str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+def error_line(exc: BaseException, *, with_type: bool = False) -> str:
+    """A database error in one line: the driver's own first line (SQLAlchemy wraps it in
+    `orig`), optionally prefixed by its type; the type alone when it says nothing."""
+    original = getattr(exc, "orig", None) or exc
+    lines = str(original).strip().splitlines()
+    if not lines:
+        return type(original).__name__
+    return f"{type(original).__name__}: {lines[0]}" if with_type else lines[0]
+
+
 def sqlite_path(url: URL) -> Path | None:
     """The file behind a SQLite URL, None for other backends or in-memory databases."""
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):

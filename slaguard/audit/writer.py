@@ -31,7 +31,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 import slaguard
-from slaguard.audit.engine import create_audit_engine, default_spill_dir, shown_url
+from slaguard.audit.engine import create_audit_engine, default_spill_dir, error_line, shown_url
 from slaguard.audit.lines import FLEET_TAG, JournalEncoder
 from slaguard.audit.migrate import require_current_schema, upgrade
 from slaguard.audit.records import AuditRecord
@@ -393,6 +393,6 @@ def open_writer(
     except OperationalError as exc:
         log.warning(
             "audit database %s unreachable at start (%s); journalling until it answers",
-            shown_url(engine.url), str(exc.orig).strip().splitlines()[0] if exc.orig else exc,
+            shown_url(engine.url), error_line(exc),
         )  # fmt: skip
     return AuditWriter(engine, spill_dir or default_spill_dir(engine.url), settings)

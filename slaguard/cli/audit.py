@@ -15,6 +15,7 @@ import typer
 from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit import service
+from slaguard.audit.engine import error_line
 from slaguard.audit.records import POLICY_ARMS
 from slaguard.audit.render import OutputFormat, emit_explanation, emit_frame, emit_timeline
 from slaguard.audit.service import UnknownRequestError
@@ -64,8 +65,7 @@ def _answer(query: Callable[[], _T]) -> _T:
     except ValueError as exc:
         fail(str(exc))
     except SQLAlchemyError as exc:
-        original = getattr(exc, "orig", None) or exc
-        fail(f"database query failed: {str(original).strip().splitlines()[0]}")
+        fail(f"database query failed: {error_line(exc)}")
 
 
 def _check_output(fmt: OutputFormat, output: Path | None) -> None:

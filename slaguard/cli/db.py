@@ -13,6 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from slaguard.audit.engine import (
     DatabaseUrlError,
     create_audit_engine,
+    error_line,
     resolve_db_url,
     shown_url,
     sqlite_path,
@@ -36,12 +37,6 @@ DB_HELP = (
 DbOption = typer.Option(None, "--db", help=DB_HELP, show_default=False)
 
 
-def _first_line(exc: BaseException) -> str:
-    original = getattr(exc, "orig", None) or exc
-    lines = str(original).strip().splitlines()
-    return lines[0] if lines else type(original).__name__
-
-
 def connect(db: str | None, *, create: bool = False) -> Engine:
     """An engine that has answered once; `create` allows a new SQLite file."""
     try:
@@ -61,7 +56,7 @@ def connect(db: str | None, *, create: bool = False) -> Engine:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
     except SQLAlchemyError as exc:
-        fail(f"cannot reach database {shown_url(url)}: {_first_line(exc)}; check --db")
+        fail(f"cannot reach database {shown_url(url)}: {error_line(exc)}; check --db")
     return engine
 
 
@@ -91,7 +86,7 @@ def upgrade_command(
     try:
         upgrade(engine, revision)
     except SQLAlchemyError as exc:
-        fail(f"upgrade of {shown_url(engine.url)} failed: {_first_line(exc)}")
+        fail(f"upgrade of {shown_url(engine.url)} failed: {error_line(exc)}")
     after = current_revision(engine)
     typer.echo(f"{shown_url(engine.url)}: {before or 'empty'} -> {after}")
 

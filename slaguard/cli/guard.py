@@ -21,7 +21,7 @@ import typer
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from slaguard.audit.engine import shown_url
+from slaguard.audit.engine import error_line, shown_url
 from slaguard.audit.render import OutputFormat, emit_frame
 from slaguard.audit.timeargs import TIME_HELP, parse_duration, parse_range, parse_time
 from slaguard.cli.db import DbOption, open_audit_db
@@ -68,8 +68,7 @@ def _run(engine: Engine, action: ManualAction, **kwargs: Any) -> ManualOutcome:
     except ModeBusyError as exc:
         fail(str(exc))
     except SQLAlchemyError as exc:
-        original = getattr(exc, "orig", None) or exc
-        fail(f"database {shown_url(engine.url)}: {str(original).strip().splitlines()[0]}")
+        fail(f"database {shown_url(engine.url)}: {error_line(exc)}")
 
 
 def _say(outcome: ManualOutcome) -> None:
@@ -152,8 +151,7 @@ def status(
         incidents = incident_list(engine, open_only=True)
         arms = arm_sla(engine, now - span, now)
     except SQLAlchemyError as exc:
-        original = getattr(exc, "orig", None) or exc
-        fail(f"database query failed: {str(original).strip().splitlines()[0]}")
+        fail(f"database query failed: {error_line(exc)}")
     leader = _leader(engine)
     if as_json:
         payload = {
@@ -252,5 +250,4 @@ def _query(run: Callable[[], _T]) -> _T:
     try:
         return run()
     except SQLAlchemyError as exc:
-        original = getattr(exc, "orig", None) or exc
-        fail(f"database query failed: {str(original).strip().splitlines()[0]}")
+        fail(f"database query failed: {error_line(exc)}")

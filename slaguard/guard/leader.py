@@ -45,7 +45,7 @@ from typing import Protocol
 import psycopg
 from sqlalchemy.engine import URL
 
-from slaguard.audit.engine import sqlite_path
+from slaguard.audit.engine import error_line, sqlite_path
 from slaguard.guard.forward import SpoolDir
 
 log = logging.getLogger(__name__)
@@ -200,7 +200,7 @@ class PostgresLeaderLease:
                 self._held = bool(row and row[0])
         except psycopg.Error as exc:
             if self._held:
-                log.warning("guard leadership lost: %s", str(exc).strip().splitlines()[0])
+                log.warning("guard leadership lost: %s", error_line(exc))
             self._drop()
         self._pump_samples()
         return self._held

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from slaguard.audit.engine import error_line
 from slaguard.guard.breaker import BreakerPhase, BreakerState
 from slaguard.guard.config import GuardConfig
 from slaguard.guard.events import GuardEvent, ModeChangedEvent
@@ -80,12 +81,6 @@ class ReplicaStats:
     forwarded_out: int = 0
     forwarded_in: int = 0
     last_error: str | None = None
-
-
-def _first_line(exc: BaseException) -> str:
-    original = getattr(exc, "orig", None) or exc
-    lines = str(original).strip().splitlines()
-    return f"{type(original).__name__}: {lines[0]}" if lines else type(original).__name__
 
 
 class GuardReplica:
@@ -170,7 +165,7 @@ class GuardReplica:
                     self._reset_leader_state(now_s, leading=leader)
         except (SQLAlchemyError, FleetStateMissingError) as exc:
             self.stats.sync_errors += 1
-            self.stats.last_error = _first_line(exc)
+            self.stats.last_error = error_line(exc, with_type=True)
             log.warning("guard mode sync failed: %s", self.stats.last_error)
             report = SyncReport(leader, gained, lost, error=self.stats.last_error)
         else:
@@ -200,7 +195,7 @@ class GuardReplica:
             try:
                 samples += self.feed.poll(now_s)
             except SQLAlchemyError as exc:
-                self.stats.last_error = _first_line(exc)
+                self.stats.last_error = error_line(exc, with_type=True)
                 log.warning("guard sample feed failed: %s", self.stats.last_error)
         with self._lock:
             while self._arrivals:
@@ -256,7 +251,7 @@ class GuardReplica:
                 log.error("incident %s message dropped: %s", msg.incident_id, result.detail)
         except SQLAlchemyError as exc:
             self.stats.persist_errors += 1
-            self.stats.last_error = _first_line(exc)
+            self.stats.last_error = error_line(exc, with_type=True)
             log.warning("incident outbox failed: %s", self.stats.last_error)
         return done
 
@@ -342,7 +337,7 @@ class GuardReplica:
             self.persister.persist(self.guard, events, now_s)
         except SQLAlchemyError as exc:
             self.stats.persist_errors += 1
-            self.stats.last_error = _first_line(exc)
+            self.stats.last_error = error_line(exc, with_type=True)
             log.error("guard events not stored: %s", self.stats.last_error)
             changes = [e.transition for e in events if isinstance(e, ModeChangedEvent)]
             if changes:
