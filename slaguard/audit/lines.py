@@ -189,7 +189,8 @@ class JournalEncoder:
     journalled raw (`X`), never rendered here."""
 
     def __init__(self) -> None:
-        self._fleets: dict[int, tuple[Fleet, tuple[str, bytes]]] = {}
+        self._fleet: tuple[Fleet, tuple[str, bytes]] | None = None
+        """The fleet last seen and its header (one fleet is live at a time)."""
 
     def encode(self, record: AuditRecord) -> tuple[bytes, tuple[str, bytes] | None]:
         """(line, segment header it needs or None)."""
@@ -198,10 +199,9 @@ class JournalEncoder:
         e = record.explanation
         if not isinstance(e, Explanation):
             return encode_record(record), None
-        known = self._fleets.get(id(e.fleet))
-        if known is None or known[0] is not e.fleet:
-            known = self._fleets[id(e.fleet)] = (e.fleet, fleet_header(e.fleet))
-        header = known[1]
+        if self._fleet is None or self._fleet[0] is not e.fleet:
+            self._fleet = (e.fleet, fleet_header(e.fleet))
+        header = self._fleet[1]
         raw = RawExplanation(
             header[0], e.arm.value, _raw(e.candidates), _raw(e.reasons),
             _raw_opt(e.components), _raw_opt(e.scores), e.v_peak_gb, _raw(e.v_used_gb),

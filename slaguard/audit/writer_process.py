@@ -116,8 +116,7 @@ class _Child:
             done = self.write(result.lines)
             if done is None:
                 return
-            inserted, unreadable, failures = done
-            headers = sum(1 for line in result.lines if line.startswith(FLEET_TAG))
+            inserted, unreadable, failures, headers = done
             self.lsn = result.next_lsn
             self.send(
                 BatchDone(
@@ -126,10 +125,11 @@ class _Child:
                 )
             )  # fmt: skip
 
-    def write(self, lines: list[bytes]) -> tuple[int, int, int] | None:
-        """(inserted, unreadable, failed attempts), retrying with capped backoff; None when
-        the parent went away meanwhile. A batch the server refuses for its content (not
-        for being unreachable) is retried with every line checked, skipping bad ones."""
+    def write(self, lines: list[bytes]) -> tuple[int, int, int, int] | None:
+        """(inserted, unreadable, failed attempts, fleet header lines), retrying with
+        capped backoff; None when the parent went away meanwhile. A batch the server
+        refuses for its content (not for being unreachable) is retried with every line
+        checked, skipping bad ones."""
         backoff = self.cfg.retry_initial_s
         failures = 0
         strict = False
@@ -138,7 +138,7 @@ class _Child:
             try:
                 with self.engine.begin() as conn:
                     inserted = write_batch(conn, batch, self.cfg.copy_min_rows)
-                return inserted, batch.unreadable, failures
+                return inserted, batch.unreadable, failures, batch.headers
             except Exception as exc:
                 failures += 1
                 self.send(WriteFailed(error_message(exc), failures == 1))
