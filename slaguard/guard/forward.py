@@ -33,6 +33,7 @@ from slaguard.scheduler.rollout import Arm
 log = logging.getLogger(__name__)
 
 MAX_BATCH_BYTES = 7900
+"""PostgreSQL's NOTIFY payload limit is 8000 bytes: every notification the lease sends fits."""
 MAX_AGE_S = 10.0
 """A forwarded batch older than this when the leader reads it is dropped."""
 

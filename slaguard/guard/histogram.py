@@ -111,7 +111,3 @@ class SlidingLogHistogram:
         """The q-quantile of `key` in the window (NaN when the key has no samples)."""
         total = self._totals.get(key)
         return math.nan if total is None else self.quantile_of(total, q)
-
-    def tracked_keys(self) -> list[str]:
-        """Every key ever seen (some may have empty windows)."""
-        return list(self._rings)

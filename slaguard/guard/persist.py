@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from slaguard.guard.events import GuardEvent, IncidentEvent, IncidentState, ModeChangedEvent
 from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore
-from slaguard.guard.modes import ModeState, ModeTransition
+from slaguard.guard.modes import ModeState
 from slaguard.guard.store import GuardStore
 
 
@@ -30,13 +30,11 @@ class PersistResult:
 
     `conflict`: the stored state that won a compare-and-set (now the guard's state).
     `queued`: incident messages stored in the outbox (audit ids, stored revisions).
-    `mode_changes`: the switches that are now the shared mode.
     `incident_id`: the audit id the batch's mode change was linked to.
     """
 
     conflict: ModeState | None = None
     queued: list[IncidentEvent] = field(default_factory=list)
-    mode_changes: list[ModeTransition] = field(default_factory=list)
     incident_id: int | None = None
 
 
@@ -72,7 +70,6 @@ class EventPersister:
                 guard.incidents.current = self.incidents.restore()
                 result.conflict = saved.stored
                 return result
-            result.mode_changes.append(tr)
         for event in events:
             if isinstance(event, IncidentEvent) and event.state is not IncidentState.OPENED:
                 current = guard.incidents.current

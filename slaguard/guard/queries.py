@@ -17,7 +17,7 @@ from slaguard.audit.models import Decision, Incident, ModeChange, Outcome
 from slaguard.guard.config import RolloutCompareConfig
 from slaguard.guard.incident_store import GUARD_KEY, OUTBOX_KEY
 from slaguard.guard.store import transition_kind
-from slaguard.scheduler.rollout import ROLLBACK_RATIO, Arm
+from slaguard.scheduler.rollout import ROLLBACK_RATIO, Arm, should_roll_back
 
 HISTORY_COLUMNS = ["at", "from_mode", "to_mode", "kind", "actor", "reason", "incident_id"]
 INCIDENT_COLUMNS = [
@@ -133,7 +133,7 @@ def arm_sla(engine: Engine, since: datetime, until: datetime) -> ArmComparison:
         return ArmComparison(frame, None, "no comparison: both arms need outcomes in the window")
     ratio = learned / rr if rr > 0 else (float("inf") if learned > 0 else 1.0)
     thin = min(counts[Arm.LEARNED.value], counts[Arm.ROUND_ROBIN.value]) < gate
-    over = learned > rr * ROLLBACK_RATIO
+    over = should_roll_back(learned, rr)
     verdict = (
         f"learned / round_robin violation rate x{ratio:.2f} "
         f"({'above' if over else 'within'} the x{ROLLBACK_RATIO} rollback rule"

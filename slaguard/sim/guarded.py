@@ -99,7 +99,6 @@ class GuardController(SimObserver):
         self.trips: list[JsonDict] = []
         self.trip_verdicts: list[JsonDict] = []
         self.demotions: list[JsonDict] = []
-        self.incidents: list[JsonDict] = []
         self._index = {t.id: t.index for t in fleet}
         self._waiting: list[tuple[float, int, GuardSample]] = []
         self._next_evaluation_s = self.interval_s
@@ -193,8 +192,6 @@ class GuardController(SimObserver):
                     self.demotions.append(
                         {"at_s": now_s, "action": v.action.value, "subject": v.subject, "z": z}
                     )
-            elif isinstance(event, IncidentEvent):
-                self.incidents.append(event.to_dict())
             elif isinstance(event, ModeChangedEvent):
                 tr = event.transition
                 reason = f"{tr.kind.value}: {event.message}"
