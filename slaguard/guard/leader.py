@@ -39,6 +39,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import Protocol
 
@@ -46,7 +47,7 @@ import psycopg
 from sqlalchemy.engine import URL
 
 from slaguard.audit.engine import error_line, sqlite_path
-from slaguard.guard.forward import SpoolDir
+from slaguard.guard.forward import MAX_BATCH_BYTES, SpoolDir
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,6 @@ LOCK_KEY = int.from_bytes(b"slaguard", "big")
 APPLICATION_PREFIX = "slaguard-guard:"
 ROUTER_CHANNEL = "slaguard_guard_router"
 SAMPLES_CHANNEL = "slaguard_guard_samples"
-MAX_NOTIFY_BYTES = 7900
-"""PostgreSQL's NOTIFY payload limit is 8000 bytes."""
 LEASE_S = 4.0
 CONNECT_TIMEOUT_S = 2
 _CLASS_ID, _OBJ_ID = LOCK_KEY >> 32, LOCK_KEY & 0xFFFFFFFF
@@ -132,7 +131,7 @@ class PostgresLeaderLease:
         return self._held
 
     def publish(self, text: str) -> None:
-        if len(text.encode()) > MAX_NOTIFY_BYTES:
+        if len(text.encode()) > MAX_BATCH_BYTES:
             log.warning("router inputs not published: %d bytes", len(text.encode()))
             return
         self._notify(ROUTER_CHANNEL, [text])
@@ -354,6 +353,11 @@ def lease_for(url: URL, replica_id: str, *, lease_s: float = LEASE_S) -> LeaderL
         return PostgresLeaderLease(url, replica_id, lease_s=lease_s)
     lock_file = leader_lock_file(url)
     return SoloLease() if lock_file is None else FileLeaderLease(lock_file, replica_id)
+
+
+def default_replica_id() -> str:
+    """`host:pid`: unique per process, readable in `slaguard guard status`."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def current_leader(url: URL) -> str | None:

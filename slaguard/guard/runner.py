@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -31,12 +30,17 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
-from slaguard.audit.engine import DatabaseUrlError, create_audit_engine, resolve_db_url
+from slaguard.audit.engine import (
+    DatabaseUrlError,
+    create_audit_engine,
+    error_line,
+    resolve_db_url,
+)
 from slaguard.audit.migrate import SchemaNotCurrentError, require_current_schema
 from slaguard.guard.config import GuardConfig
 from slaguard.guard.events import GuardEvent, IncidentEvent, ModeChangedEvent
 from slaguard.guard.feed import AuditSampleFeed
-from slaguard.guard.leader import LEASE_S, lease_for
+from slaguard.guard.leader import LEASE_S, default_replica_id, lease_for
 from slaguard.guard.runtime import GuardReplica
 from slaguard.notify.factory import NotifyConfigError, notifier_from_env
 from slaguard.scheduler.rollout import RolloutPlan
@@ -57,7 +61,7 @@ def emit(event: str, replica: str, t: float | None = None, **fields: Any) -> Non
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m slaguard.guard.runner", description=__doc__)
     p.add_argument("--db", default=None, help="audit database URL (default $SLAGUARD_DB)")
-    p.add_argument("--replica-id", default=f"{socket.gethostname()}:{os.getpid()}")
+    p.add_argument("--replica-id", default=default_replica_id())
     p.add_argument("--config", type=Path, default=None, help="GuardConfig YAML")
     p.add_argument("--sync-s", type=float, default=0.5)
     p.add_argument("--evaluate-s", type=float, default=1.0)
@@ -95,11 +99,11 @@ def run(args: argparse.Namespace) -> int:
         notifier = notifier_from_env()
         engine = create_audit_engine(url)
         require_current_schema(engine)
-    except (DatabaseUrlError, NotifyConfigError, SchemaNotCurrentError, ValidationError) as exc:
-        emit("error", rid, where="start", detail=str(exc).splitlines()[0])
-        return 2
-    except (OSError, SQLAlchemyError, yaml.YAMLError) as exc:
-        emit("error", rid, where="start", detail=str(exc).strip().splitlines()[0])
+    except (
+        DatabaseUrlError, NotifyConfigError, SchemaNotCurrentError, ValidationError, OSError,
+        SQLAlchemyError, yaml.YAMLError,
+    ) as exc:  # fmt: skip
+        emit("error", rid, where="start", detail=error_line(exc))
         return 2
     replica = GuardReplica(
         engine,

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,13 +23,18 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from slaguard.audit.engine import create_audit_engine, default_spill_dir, resolve_db_url
+from slaguard.audit.engine import (
+    create_audit_engine,
+    default_spill_dir,
+    error_line,
+    resolve_db_url,
+)
 from slaguard.audit.migrate import SchemaNotCurrentError, require_current_schema, upgrade
 from slaguard.audit.records import WeightVersionRecord
 from slaguard.audit.store import record_weight_version
 from slaguard.audit.writer import AuditWriter
 from slaguard.fleet import load_fleet
-from slaguard.guard.leader import lease_for
+from slaguard.guard.leader import default_replica_id, lease_for
 from slaguard.guard.runtime import GuardReplica
 from slaguard.notify.base import Notifier
 from slaguard.notify.factory import notifier_from_env
@@ -65,19 +68,13 @@ class Service:
         self.engine.dispose()
 
 
-def default_replica_id() -> str:
-    """`host:pid`: unique per process, readable in `slaguard guard status`."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def _schema_problem(engine: Engine) -> str | None:
     try:
         require_current_schema(engine)
     except SchemaNotCurrentError as exc:
         return str(exc)
     except SQLAlchemyError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return f"audit database unreachable: {first}"
+        return f"audit database unreachable: {error_line(exc)}"
     return None
 
 

@@ -23,6 +23,7 @@ from typing import Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from slaguard.audit.engine import error_line
 from slaguard.guard import rollout_compare
 from slaguard.guard.events import GuardEvent, VerdictEvent, VerdictPhase
 from slaguard.guard.manual import ManualAction, ManualOutcome, ModeBusyError
@@ -218,8 +219,9 @@ class ReplicaModes:
                 actor=actor, reason=reason, stage_pct=stage_pct, alert=alert,
             )  # fmt: skip
         except SQLAlchemyError as exc:
-            first = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["?"])[0]
-            raise ModeUnavailableError(f"the audit database refused the change: {first}") from exc
+            raise ModeUnavailableError(
+                f"the audit database refused the change: {error_line(exc)}"
+            ) from exc
         except ModeBusyError as exc:
             raise ModeUnavailableError(str(exc)) from exc
         msg = outcome.result.message
