@@ -24,6 +24,7 @@ from slaguard.audit.timeargs import TIME_HELP, parse_duration, parse_range
 from slaguard.cli.db import DbOption, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
+from slaguard.cli.output import check_output
 
 app = typer.Typer(help="Postmortem queries over recorded routing decisions.", no_args_is_help=True)
 
@@ -68,13 +69,6 @@ def _answer(query: Callable[[], _T]) -> _T:
         fail(f"database query failed: {error_line(exc)}")
 
 
-def _check_output(fmt: OutputFormat, output: Path | None) -> None:
-    if fmt is OutputFormat.PARQUET and output is None:
-        fail("--format parquet writes a file: add --output FILE.parquet")
-    if output is not None and not output.parent.is_dir():
-        fail(f"--output: directory {output.parent} does not exist")
-
-
 @app.command("decisions")
 def decisions_command(
     since: str = SinceOption,
@@ -89,7 +83,7 @@ def decisions_command(
     output: Path | None = OutputOption,
 ) -> None:
     """Decisions in a time range, with their outcomes, oldest first."""
-    _check_output(fmt, output)
+    check_output(fmt, output)
     if policy is not None and policy not in POLICY_ARMS:
         fail(f"--policy: unknown arm {policy!r}; use one of {sorted(POLICY_ARMS)}")
     start, end = _answer(lambda: parse_range(since, until, _now()))
@@ -114,7 +108,7 @@ def explain_command(
 ) -> None:
     """Why one request went where it went: candidates' component scores, rejections,
     weights version, fleet mode, and how the request turned out."""
-    _check_output(fmt, output)
+    check_output(fmt, output)
     engine = open_audit_db(db)
     emit_explanation(_answer(lambda: service.explain(engine, request_id)), fmt, output)
 
@@ -130,7 +124,7 @@ def summary_command(
 ) -> None:
     """Per arm, target and card type: decision share vs capacity share, TTFT p50/p99,
     SLA violation rate."""
-    _check_output(fmt, output)
+    check_output(fmt, output)
     start, end = _answer(lambda: parse_range(since, until, _now()))
     capacity = service.fleet_capacity(load_or_fail(fleet_file))
     engine = open_audit_db(db)
@@ -151,7 +145,7 @@ def incident_command(
 ) -> None:
     """The timeline around an incident: evidence, mode switches, per-target decision
     share and TTFT p50/p99 before / during / after."""
-    _check_output(fmt, output)
+    check_output(fmt, output)
     if plot is not None and plot.suffix.lower() != ".png":
         fail(f"--plot: {plot} must be a .png file")
     if plot is not None and not plot.parent.is_dir():

@@ -26,6 +26,7 @@ from slaguard.audit.render import OutputFormat, emit_frame
 from slaguard.audit.timeargs import TIME_HELP, parse_duration, parse_range, parse_time
 from slaguard.cli.db import DbOption, open_audit_db
 from slaguard.cli.errors import fail
+from slaguard.cli.output import check_output
 from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore
 from slaguard.guard.leader import current_leader
@@ -212,7 +213,7 @@ def history(
         start, end = parse_range(since, until, datetime.now(UTC))
     except ValueError as exc:
         fail(str(exc))
-    _check_output(fmt, output)
+    check_output(fmt, output)
     engine = open_audit_db(db)
     frame = _query(lambda: mode_history(engine, start, end))
     title = f"mode switches {start:%Y-%m-%d %H:%M:%S} .. {end:%H:%M:%S} UTC"
@@ -233,17 +234,10 @@ def incidents(
             start = parse_time(since, "--since", datetime.now(UTC))
         except ValueError as exc:
             fail(str(exc))
-    _check_output(fmt, output)
+    check_output(fmt, output)
     engine = open_audit_db(db)
     frame = _query(lambda: incident_list(engine, open_only=open_only, since=start))
     emit_frame(frame, fmt, output, "open incidents" if open_only else "incidents")
-
-
-def _check_output(fmt: OutputFormat, output: Path | None) -> None:
-    if fmt is OutputFormat.PARQUET and output is None:
-        fail("--format parquet writes a file: add --output FILE.parquet")
-    if output is not None and not output.parent.is_dir():
-        fail(f"--output: directory {output.parent} does not exist")
 
 
 def _query(run: Callable[[], _T]) -> _T:
