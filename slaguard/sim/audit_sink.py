@@ -33,15 +33,14 @@ class AuditObserver(SimObserver):
         self.decisions = 0
         self.outcomes = 0
 
-    def on_decision(self, decision: Decision, now_s: float) -> None:
-        latencies = self.sim.results.decision_latency_s
+    def on_decision(self, decision: Decision, now_s: float, latency_s: float) -> None:
         self.writer.enqueue(
             decision_record(
                 decision,
                 decided_at_s=self.base + now_s,
                 fleet_mode=self.sim.mode.label,
                 config_hash=self.sim.scheduler.config_hash,
-                latency_s=latencies[-1] if latencies else 0.0,
+                latency_s=latency_s,
             )
         )
         self.decisions += 1

@@ -75,6 +75,7 @@ class _Pending:
     request: Request
     index: int
     decision: Decision | None = None
+    decision_latency_s: float = 0.0
     reused: int = 0
 
 
@@ -210,14 +211,15 @@ class Simulation:
         """Route (or re-route) a request; False when nothing can take it yet."""
         t0 = time.perf_counter()
         d = self.scheduler.decide(p.request, at, self.mode)
-        self.results.decision_latency_s.append(time.perf_counter() - t0)
+        p.decision_latency_s = time.perf_counter() - t0
+        self.results.decision_latency_s.append(p.decision_latency_s)
         res = self.results
         res.arm[p.index] = 0 if d.arm is Arm.ROUND_ROBIN else 1
         p.decision = d
         if d.target is None:
             return False
         for obs in self._all_observers():
-            obs.on_decision(d, at)
+            obs.on_decision(d, at, p.decision_latency_s)
         i = d.target.index
         rep = self.replicas[i]
         res.target[p.index] = i
@@ -297,7 +299,7 @@ class Simulation:
         if d is not None:
             if d.target is None:  # rejected after retries: observers see its last decision
                 for obs in self._all_observers():
-                    obs.on_decision(d, at)
+                    obs.on_decision(d, at, p.decision_latency_s)
             for obs in self._all_observers():
                 obs.on_outcome(d, at, res.outcome_of(p.index))
 

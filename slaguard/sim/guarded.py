@@ -107,7 +107,7 @@ class GuardController(SimObserver):
     def initial_mode(self) -> FleetMode:
         return self.guard.state.mode
 
-    def on_decision(self, decision: Decision, now_s: float) -> None:
+    def on_decision(self, decision: Decision, now_s: float, latency_s: float) -> None:
         """An arriving request (routed, or finally rejected): the hot-spot detector's input."""
         self.guard.observe_arrival(now_s, decision.request.prefix_id)
 

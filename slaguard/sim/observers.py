@@ -23,8 +23,9 @@ class SimObserver:
     def initial_mode(self) -> FleetMode:
         return ROUND_ROBIN
 
-    def on_decision(self, decision: Decision, now_s: float) -> None:
-        """A routing decision (retried requests: once routed, or once finally rejected)."""
+    def on_decision(self, decision: Decision, now_s: float, latency_s: float) -> None:
+        """A routing decision (retried requests: once routed, or once finally rejected)
+        and the wall time `decide()` took for it."""
 
     def on_first_token(self, decision: Decision, now_s: float, ttft_s: float) -> None:
         """The request's first token arrived."""
