@@ -67,3 +67,12 @@ def robust_zscores(
 def log_floor(floor_rel: float) -> float:
     """The log-space MAD floor equivalent to a floor of `floor_rel` relative to the median."""
     return math.log1p(floor_rel)
+
+
+IQR_PER_SIGMA = 1.349
+"""A normal distribution's interquartile range in standard deviations."""
+
+
+def sigma_from_iqr(iqr: float) -> float:
+    """A robust standard deviation from an interquartile range (normal-consistent)."""
+    return iqr / IQR_PER_SIGMA

@@ -40,12 +40,11 @@ import numpy as np
 from slaguard.guard.baseline import LogBaseline
 from slaguard.guard.config import TtftZscoreConfig
 from slaguard.guard.histogram import SlidingLogHistogram
-from slaguard.guard.robust import log_floor
+from slaguard.guard.robust import log_floor, sigma_from_iqr
 from slaguard.guard.sliding_sum import SlidingSum
 from slaguard.guard.verdicts import Action, JsonDict, Severity, Verdict
 
 _FLEET = "*"
-_IQR_TO_SIGMA = 1.349
 _MEDIAN_SE = 1.2533
 
 
@@ -144,7 +143,7 @@ class TierShift:
                 continue
             m_tier, m_rest = self._log_quantile(mine, 0.5), self._log_quantile(rest, 0.5)
             iqr = self._log_quantile(rest, 0.75) - self._log_quantile(rest, 0.25)
-            sigma = max(iqr / _IQR_TO_SIGMA, log_floor(c.mad_floor_rel))
+            sigma = max(sigma_from_iqr(iqr), log_floor(c.mad_floor_rel))
             se = _MEDIAN_SE * sigma * math.sqrt(1 / n_mine + 1 / n_rest)
             ratio, own, z = math.exp(m_tier - m_rest), math.exp(m_tier), (m_tier - m_rest) / se
             load = self._load_ratio(tier, now_s)

@@ -28,13 +28,12 @@ import numpy as np
 from slaguard.guard.baseline import LogBaseline
 from slaguard.guard.config import TtftZscoreConfig
 from slaguard.guard.histogram import SlidingLogHistogram
-from slaguard.guard.robust import log_floor, robust_zscores
+from slaguard.guard.robust import log_floor, robust_zscores, sigma_from_iqr
 from slaguard.guard.samples import GuardSample
 from slaguard.guard.tier_shift import TierShift, tier_statistic
 from slaguard.guard.verdicts import Action, DetectorReport, JsonDict, Severity, Status, Verdict
 
 NAME = "ttft_zscore"
-_IQR_TO_SIGMA = 1.349
 _NORMAL = NormalDist()
 
 
@@ -173,7 +172,7 @@ class TtftZscoreDetector:
     def _log_spread(self, target: str) -> float:
         """Sigma of log TTFT from the target's interquartile range."""
         lo, hi = self._hist.quantile(target, 0.25), self._hist.quantile(target, 0.75)
-        return math.log(hi / lo) / _IQR_TO_SIGMA
+        return sigma_from_iqr(math.log(hi / lo))
 
     @staticmethod
     def _read_noise_factor(q: float, n: int) -> float:
