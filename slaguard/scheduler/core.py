@@ -58,13 +58,21 @@ class Scheduler:
 
         Returns new weights when the periodic update ran.
         """
+        comps = None
         if decision.arm is Arm.LEARNED and decision.target is not None:
             comps = decision.chosen_components()
-            if comps is not None:
-                if ttft_s is None:
-                    self.learner.observe_failure(comps)
-                else:
-                    self.learner.observe(comps, ttft_s, decision.request.deadline_s)
+        return self.learn(comps, ttft_s, decision.request.deadline_s, now_s)
+
+    def learn(
+        self, components: np.ndarray | None, ttft_s: float | None, deadline_s: float, now_s: float
+    ) -> Weights | None:
+        """`feedback` from kept components (None: nothing to learn, only the periodic
+        update), for callers that kept the chosen row instead of the decision."""
+        if components is not None:
+            if ttft_s is None:
+                self.learner.observe_failure(components)
+            else:
+                self.learner.observe(components, ttft_s, deadline_s)
         return self.update_weights(now_s)
 
     def update_weights(self, now_s: float) -> Weights | None:

@@ -289,9 +289,9 @@ class ServiceRuntime:
         if entry.target_index is not None:
             self.scheduler.state.add_queue(entry.target_index, -1)
         if status != "ok":
-            self._learn(entry, None, now)
+            self.scheduler.learn(entry.learner_components, None, entry.deadline_s, now)
         elif ttft_s is not None:
-            self._learn(entry, ttft_s, now)
+            self.scheduler.learn(entry.learner_components, ttft_s, entry.deadline_s, now)
         if self.writer is not None:
             try:
                 self.writer.enqueue(
@@ -330,18 +330,6 @@ class ServiceRuntime:
             )
         )
         return Finished(True, False, sla_met)
-
-    def _learn(self, entry: Pending, ttft_s: float | None, now_s: float) -> None:
-        """`Scheduler.feedback` from the entry's kept components (None TTFT: a failure),
-        then the periodic weight update."""
-        components = entry.learner_components
-        if components is not None:
-            learner = self.scheduler.learner
-            if ttft_s is None:
-                learner.observe_failure(components)
-            else:
-                learner.observe(components, ttft_s, entry.deadline_s)
-        self.scheduler.update_weights(now_s)
 
     def status(self) -> dict[str, object]:
         """The `/v1/status` body."""
