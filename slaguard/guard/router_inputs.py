@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from slaguard.scheduler.state import FleetState
 
 log = logging.getLogger(__name__)
 
@@ -40,3 +43,10 @@ class RouterInputs:
         except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("unreadable router inputs from the guard leader ignored")
             return cls()
+
+    def apply(self, state: FleetState, index_by_id: Mapping[str, int]) -> None:
+        """Into a router's fleet picture: a target without a score gets 0 (all of them when
+        nothing fresh was published), never a stale one."""
+        state.set_jitter({index: self.jitter_z.get(t, 0.0) for t, index in index_by_id.items()})
+        for target_id, index in index_by_id.items():
+            state.set_demoted(index, target_id in self.demoted)

@@ -268,9 +268,4 @@ class ReplicaModes:
         """The leader's jitter Z-scores and demotions into this router (computed here on the
         leader, published by it elsewhere); a target without a score gets 0 (all of them
         when nothing fresh was published), never a stale one."""
-        inputs = self.replica.router
-        self.fleet_state.set_jitter(
-            {index: inputs.jitter_z.get(t, 0.0) for t, index in self._index.items()}
-        )
-        for target_id, index in self._index.items():
-            self.fleet_state.set_demoted(index, target_id in inputs.demoted)
+        self.replica.router.apply(self.fleet_state, self._index)

@@ -34,6 +34,7 @@ from slaguard.guard.events import (
     VerdictEvent,
 )
 from slaguard.guard.guard import Guard
+from slaguard.guard.router_inputs import RouterInputs
 from slaguard.guard.samples import GuardSample
 from slaguard.guard.verdicts import Action, JsonDict
 from slaguard.scheduler.explain import Decision
@@ -102,7 +103,6 @@ class GuardController(SimObserver):
         self._index = {t.id: t.index for t in fleet}
         self._waiting: list[tuple[float, int, GuardSample]] = []
         self._next_evaluation_s = self.interval_s
-        self._zero_z = dict.fromkeys(self._index.values(), 0.0)
 
     def initial_mode(self) -> FleetMode:
         return self.guard.state.mode
@@ -157,17 +157,10 @@ class GuardController(SimObserver):
         return self.guard.state.mode, reason
 
     def _apply_router_inputs(self, sim: Simulation) -> None:
-        """Z-scores for every target (thin targets back to 0, never a stale score)."""
-        z = dict(self._zero_z)
-        for target_id, score in self.guard.jitter_zscores().items():
-            index = self._index.get(target_id)
-            if index is not None:
-                z[index] = score
-        state = sim.scheduler.state
-        state.set_jitter(z)
-        demoted = self.guard.demoted_targets()
-        for target_id, index in self._index.items():
-            state.set_demoted(index, target_id in demoted)
+        """The guard's Z-scores and demotions into the simulated router (as the service's
+        leader does)."""
+        inputs = RouterInputs(self.guard.jitter_zscores(), frozenset(self.guard.demoted_targets()))
+        inputs.apply(sim.scheduler.state, self._index)
 
     def _record(self, now_s: float, events: list[GuardEvent]) -> str:
         """Keep trips, demotions and incidents; the reason of the last mode change."""
