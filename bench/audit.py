@@ -37,6 +37,7 @@ import pandas as pd
 import psycopg
 from rich.console import Console
 from rich.table import Table
+from route import requests, warm_scheduler
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL, make_url
 
@@ -49,9 +50,7 @@ from slaguard.audit.records import DecisionRecord, IncidentRecord, PriorityName
 from slaguard.audit.sink import DECISION_COLUMNS, OUTCOME_COLUMNS
 from slaguard.audit.store import open_incident
 from slaguard.audit.writer import AuditWriter
-from slaguard.fleet import Priority, Request
 from slaguard.fleet.fleet import load_fleet
-from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.rollout import LEARNED
 
 START_S = 1_796_000_000.0
@@ -125,24 +124,13 @@ def scratch_database(admin: URL, label: str) -> Iterator[URL]:
 def scheduler_decisions(n: int, prefix: str) -> list[DecisionRecord]:
     """Records as the service builds them: the scheduler's own `Explanation` objects
     (journalled raw, rendered in the writer process), default fleet, varied load."""
-    fleet = load_fleet()
-    sched = Scheduler(fleet)
-    rng = np.random.default_rng(5)
-    for t in fleet:
-        sched.state.refresh(
-            t.index, 0.0, queue_depth=float(rng.integers(0, 30)),
-            kv_used_gb=float(rng.uniform(0, 0.7)) * t.kv_budget_gb,
-        )  # fmt: skip
-    prompts = rng.lognormal(6.9, 1.0, n).astype(int) + 1
-    models = rng.choice(["llama3.1-70b", "llama3.1-8b"], n)
-    out = []
-    for i in range(n):
-        req = Request(f"{prefix}-{i:09d}", int(min(prompts[i], 60_000)), 200, str(models[i]),
-                      Priority.NORMAL, 4.0)  # fmt: skip
-        d = sched.decide(req, 0.0, LEARNED)
-        out.append(decision_record(d, decided_at_s=START_S + i * 0.001, fleet_mode="learned",
-                                   config_hash=sched.config_hash, latency_s=0.0))  # fmt: skip
-    return out
+    reqs = requests(n, seed=5, prefix=f"{prefix}-")
+    sched = warm_scheduler(load_fleet(), LEARNED, reqs)
+    return [
+        decision_record(sched.decide(req, 0.0, LEARNED), decided_at_s=START_S + i * 0.001,
+                        fleet_mode="learned", config_hash=sched.config_hash, latency_s=0.0)
+        for i, req in enumerate(reqs)
+    ]  # fmt: skip
 
 
 def writer_rate(engine: Engine, records: list[DecisionRecord]) -> tuple[float, list[int]]:

@@ -48,14 +48,20 @@ def fleet_of_size(n: int) -> Fleet:
     return build_fleet({"name": f"bench-{n}", "targets": targets}, f"<bench {n}>")
 
 
-def requests(n: int, seed: int) -> list[Request]:
+def requests(n: int, seed: int, prefix: str = "b") -> list[Request]:
+    """n requests: lognormal prompts, both models, mixed priorities; ids `<prefix><i>`."""
     rng = np.random.default_rng(seed)
     prompts = rng.lognormal(6.9, 1.0, n).astype(int) + 1
     models = rng.choice(["llama3.1-70b", "llama3.1-8b"], n)
     prios = rng.choice(list(Priority), n, p=[0.2, 0.6, 0.2])
     return [
         Request(
-            f"b{i}", int(min(prompts[i], 60_000)), 200, str(models[i]), Priority(str(prios[i])), 4.0
+            f"{prefix}{i}",
+            int(min(prompts[i], 60_000)),
+            200,
+            str(models[i]),
+            Priority(str(prios[i])),
+            4.0,
         )
         for i in range(n)
     ]
