@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import text
@@ -14,10 +15,17 @@ from typer.testing import CliRunner
 from slaguard.audit.writer import open_writer
 from slaguard.cli.main import app
 from slaguard.fleet import load_fleet
-from slaguard.scheduler.rollout import RolloutPlan
+from slaguard.scheduler.rollout import (
+    HELD_ROUND_ROBIN,
+    LEARNED,
+    ROUND_ROBIN,
+    FleetMode,
+    ModeKind,
+    RolloutPlan,
+)
 from slaguard.sim.audit_sink import AuditObserver
 from slaguard.sim.engine import SimOptions, Simulation
-from slaguard.sim.observers import RolloutController
+from slaguard.sim.observers import RolloutController, SimObserver
 from slaguard.sim.report import build_report
 from slaguard.sim.traces import load_trace
 from slaguard.sim.workload import assign_workload
@@ -106,3 +114,77 @@ def test_simulate_cli_bad_audit_url_is_one_line(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert result.output.count("error:") == 1 and "--audit-db" in result.output
+
+
+def _sim_s(stored: object, base: float) -> float:
+    """A stored UTC timestamp back on the simulated clock (ms)."""
+    at = datetime.fromisoformat(str(stored)).replace(tzinfo=UTC)
+    return round(at.timestamp() - base, 3)
+
+
+class ScriptedModes(SimObserver):
+    """Sets the fleet mode from a script of (from simulated second, mode)."""
+
+    def __init__(self, script: list[tuple[float, FleetMode]]) -> None:
+        self.script = script
+
+    def initial_mode(self) -> FleetMode:
+        return self.script[0][1]
+
+    def on_period(self, now_s: float, sim: Simulation) -> tuple[FleetMode, str]:
+        mode = [m for at, m in self.script if at <= now_s][-1]
+        return mode, f"script: {mode.label}"
+
+
+def test_trips_resolve_when_learned_traffic_resumes_and_link_their_switch(
+    sqlite_url: URL, tmp_path: Path
+) -> None:
+    """A trip's incident stays open through round-robin and held round-robin, closes at the
+    next switch that routes learned traffic (else at the run's end); a switch within a
+    second of a trip carries that trip's incident."""
+    fleet = load_fleet()
+    workload = assign_workload(load_trace(AZURE_FIXTURE), fleet)
+    writer = open_writer(
+        sqlite_url.render_as_string(hide_password=False),
+        spill_dir=tmp_path / "spill",
+        migrate=True,
+    )
+    script = [
+        (0.0, ROUND_ROBIN),
+        (4.0, FleetMode(ModeKind.ROLLOUT, 50)),
+        (6.0, HELD_ROUND_ROBIN),
+        (8.0, ROUND_ROBIN),
+        (10.0, LEARNED),
+        (12.0, ROUND_ROBIN),
+    ]
+    sim = Simulation(fleet, workload, ScriptedModes(script))
+    base = 1_700_000_000.0
+    sink = AuditObserver(writer, sim, base_epoch_s=base)
+    results = sim.run()
+    report = build_report(
+        fleet=fleet, workload=workload, results=results, policy="x", trace_path="x", faults=[]
+    )
+    report["guard"]["trips"] = [
+        {"detector": "hot_spot", "at_s": 5.8, "subject": "prefix:a", "severity": "warning"},
+        {"detector": "ttft_zscore", "at_s": 12.0, "subject": "fleet"},
+    ]
+    ids = sink.record_guard_history(report)
+    writer.close(drain_timeout_s=30)
+    with writer.engine.connect() as conn:
+        incidents = conn.execute(
+            text("select id, severity, opened_at, resolved_at from incidents order by id")
+        ).all()
+        changes = conn.execute(
+            text("select at, from_mode, to_mode, reason, incident_id from mode_changes order by id")
+        ).all()
+    assert [(i, sev) for i, sev, _, _ in incidents] == [(ids[0], "warning"), (ids[1], "critical")]
+    opened_resolved = [(_sim_s(o, base), _sim_s(r, base)) for _, _, o, r in incidents]
+    assert results.sim_s > 12.0
+    assert opened_resolved == [(5.8, 10.0), (12.0, round(results.sim_s, 3))]
+    assert [(_sim_s(at, base), f, t, r, i) for at, f, t, r, i in changes] == [
+        (4.0, "round_robin", "rollout(50)", "script: rollout(50)", None),
+        (6.0, "rollout(50)", "held_round_robin", "script: held_round_robin", ids[0]),
+        (8.0, "held_round_robin", "round_robin", "script: round_robin", None),
+        (10.0, "round_robin", "learned", "script: learned", None),
+        (12.0, "learned", "round_robin", "script: round_robin", ids[1]),
+    ]

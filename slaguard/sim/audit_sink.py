@@ -18,9 +18,13 @@ from slaguard.audit.records import IncidentRecord, ModeChangeRecord, OutcomeReco
 from slaguard.audit.store import log_mode_change, open_incident
 from slaguard.audit.writer import AuditWriter
 from slaguard.scheduler.explain import Decision
+from slaguard.scheduler.rollout import ModeKind
 from slaguard.sim.engine import Simulation
 from slaguard.sim.observers import SimObserver
 from slaguard.sim.results import OutcomeInfo
+
+_ROUND_ROBIN = (ModeKind.ROUND_ROBIN, ModeKind.HELD_ROUND_ROBIN)
+"""Modes that route no learned traffic: a trip's incident stays open while on one."""
 
 
 class AuditObserver(SimObserver):
@@ -60,17 +64,20 @@ class AuditObserver(SimObserver):
         self.outcomes += 1
 
     def record_guard_history(self, report: dict[str, Any]) -> list[int]:
-        """Write the run's trips as incidents and its mode switches as history rows."""
+        """Write the run's trips (the report's, as the guard controller recorded them) as
+        incidents and the simulator's mode timeline as history rows. A trip's incident is
+        resolved at the next switch to a mode that routes learned traffic again, else at the
+        run's end; a switch within a second of a trip is linked to that trip's incident."""
         engine = self.writer.engine
-        timeline = report["guard"]["mode_timeline"]
+        timeline = self.sim.mode_timeline
+        trips: list[dict[str, Any]] = report["guard"]["trips"]
         incident_ids: list[int] = []
-        for trip in report["guard"]["trips"]:
+        for trip in trips:
             at = float(trip["at_s"])
-            later = [
-                float(m["at_s"])
-                for m in timeline
-                if float(m["at_s"]) > at and not str(m["mode"]).endswith("round_robin")
-            ]
+            resolved = next(
+                (t for t, mode, _ in timeline if t > at and mode.kind not in _ROUND_ROBIN),
+                self.sim.results.sim_s,
+            )
             incident_ids.append(
                 open_incident(
                     engine,
@@ -80,28 +87,30 @@ class AuditObserver(SimObserver):
                         severity=str(trip.get("severity", "critical")),
                         subject=str(trip["subject"]),
                         evidence={**trip.get("evidence", {}), "simulated": True},
-                        resolved_at_s=self.base + (later[0] if later else float(report["sim_s"])),
+                        resolved_at_s=self.base + resolved,
                         notification_state="simulated",
                     ),
                 )
             )
-        for prev, cur in pairwise(timeline):
-            at = float(cur["at_s"])
-            linked = [
-                i
-                for i, trip in zip(incident_ids, report["guard"]["trips"], strict=True)
-                if abs(float(trip["at_s"]) - at) <= 1.0
-            ]
+        for (_, before, _), (at, mode, reason) in pairwise(timeline):
+            linked = next(
+                (
+                    i
+                    for i, trip in zip(incident_ids, trips, strict=True)
+                    if abs(float(trip["at_s"]) - at) <= 1.0
+                ),
+                None,
+            )
             log_mode_change(
                 engine,
                 ModeChangeRecord(
                     at_s=self.base + at,
-                    from_mode=str(prev["mode"]),
-                    to_mode=str(cur["mode"]),
-                    reason=str(cur["reason"]),
+                    from_mode=before.label,
+                    to_mode=mode.label,
+                    reason=reason,
                     actor="simulator",
                     evidence={"simulated": True},
-                    incident_id=linked[0] if linked else None,
+                    incident_id=linked,
                 ),
             )
         return incident_ids
