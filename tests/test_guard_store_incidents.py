@@ -1,19 +1,29 @@
-"""Incident messages through the database outbox with the real slack-sdk and a fake Slack:
-a new leader threads under the old leader's message and never resends it, Slack outages
-and 429s are retried with backoff in order, permanent errors drop only that message."""
+"""Incident messages through the database outbox and `GuardReplica.deliver` with the real
+slack-sdk and a fake Slack: one message per state change however often the guard
+evaluates, a new leader threads under the old leader's message and never resends it,
+Slack outages and 429s are retried with backoff in order (the round stops at the first
+retryable failure), permanent errors drop only that message, and the service counts each
+round in its Slack metrics."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from fakes.slack_server import FakeSlack
+from fakes.synthetic import flood_stream
+from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 from test_guard_store import T0, start_rollout, trip, tripping_guard
 
 from slaguard.audit.models import Incident
+from slaguard.fleet import load_fleet
+from slaguard.guard.config import BreakerConfig, GuardConfig
 from slaguard.guard.events import IncidentEvent, IncidentState
 from slaguard.guard.incident_store import GUARD_KEY, OUTBOX_KEY, UPDATES_KEY, IncidentStore
 from slaguard.guard.leader import SoloLease
@@ -23,6 +33,11 @@ from slaguard.guard.runtime import GuardReplica
 from slaguard.guard.store import GuardStore
 from slaguard.guard.verdicts import Severity
 from slaguard.notify.slack_web import SlackWebNotifier
+from slaguard.scheduler.state import FleetState
+from slaguard.service.modes import ReplicaModes
+from slaguard.telemetry.metrics import SlaguardMetrics
+
+TOKEN = "xoxb-test-token-do-not-log"
 
 
 @pytest.fixture
@@ -31,20 +46,26 @@ def slack() -> Iterator[FakeSlack]:
         yield fake
 
 
-def replica(engine: Engine, slack: FakeSlack, name: str, now_s: float) -> GuardReplica:
+def replica(
+    engine: Engine, slack: FakeSlack, name: str, now_s: float, config: GuardConfig | None = None
+) -> GuardReplica:
     """A leading replica with its own Slack client (its own, empty, thread memory)."""
     notifier = SlackWebNotifier(
-        SecretStr("xoxb-test"), "C0GUARD", base_url=slack.base_url, max_retries=0, timeout_s=5
+        SecretStr(TOKEN), "C0GUARD", base_url=slack.base_url, max_retries=0, timeout_s=5
     )
-    leader = GuardReplica(engine, SoloLease(), notifier, replica_id=name)
+    leader = GuardReplica(engine, SoloLease(), notifier, replica_id=name, config=config)
     report = leader.sync(now_s)
     assert report.leader and report.gained and report.adopted is not None
     return leader
 
 
-def incident_row(engine: Engine) -> Incident:
+def incident_row(engine: Engine, incident_id: str | None = None) -> Incident:
+    """The only incident row, or the one with audit id `incident_id`."""
+    query = select(Incident)
+    if incident_id is not None:
+        query = query.where(Incident.id == int(incident_id))
     with Session(engine) as session:
-        return session.scalars(select(Incident)).one()
+        return session.scalars(query).one()
 
 
 def open_incident(engine: Engine) -> IncidentEvent:
@@ -98,31 +119,70 @@ def test_new_leader_threads_under_the_old_one_and_never_resends(
     assert incident_row(audit_engine).notification_state == "delivered:r1"
 
 
-def test_outage_retries_with_backoff_in_order(audit_engine: Engine, slack: FakeSlack) -> None:
+def test_outage_stops_the_round_retries_with_backoff_and_keeps_the_order(
+    audit_engine: Engine, slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     opened = open_incident(audit_engine)
     store = IncidentStore(audit_engine)
     store.append(update(opened, T0 + 16, "also: tier l40s"), T0 + 16, None)
+    other = store.open(
+        replace(opened, subject="tier:l40s", summary="tier l40s slow"), T0 + 17, None
+    )
     leader = replica(audit_engine, slack, "a", T0 + 20)
     slack.down()
-    sent = leader.deliver(T0 + 20)
+    sent = leader.deliver(T0 + 20)  # the other incident's message is not even tried
     assert [(m.event.revision, r.ok, r.retryable) for m, r in sent] == [(0, False, True)]
-    assert incident_row(audit_engine).notification_state == "retrying:r0"
+    assert incident_row(audit_engine, opened.incident_id).notification_state == "retrying:r0"
+    assert incident_row(audit_engine, other.incident_id).notification_state == "pending:r0"
     assert leader.deliver(T0 + 21.9) == []  # paused: 2 s backoff
     sent = leader.deliver(T0 + 22.0)  # still down: 4 s now
     assert [r.ok for _, r in sent] == [False]
+    assert [r.status for r in slack.requests] == [500, 500]
     slack.up()
     assert leader.deliver(T0 + 25.9) == []
-    sent = leader.deliver(T0 + 26.0)
-    assert [(m.event.revision, r.ok) for m, r in sent] == [(0, True)]
-    sent = leader.deliver(T0 + 26.1)  # the update, strictly after the opening
+    sent = leader.deliver(T0 + 26.0)  # both incidents' openings, in audit id order
+    assert [(m.event.incident_id, m.event.revision, r.ok) for m, r in sent] == [
+        (opened.incident_id, 0, True),
+        (other.incident_id, 0, True),
+    ]
+    sent = leader.deliver(T0 + 26.1)  # the update, strictly after its opening
     assert [(m.event.revision, m.event.summary, r.ok) for m, r in sent] == [
         (1, "also: tier l40s", True)
     ]
-    texts = [p.body["text"] for p in slack.posts()]
-    assert texts[0].startswith("[opened]") and texts[1].startswith("[updated]")
-    row = incident_row(audit_engine)
+    posts = [p.body for p in slack.posts()]
+    assert [p["text"].split()[:2] for p in posts] == [
+        ["[opened]", opened.incident_id],
+        ["[opened]", other.incident_id],
+        ["[updated]", opened.incident_id],
+    ]
+    assert posts[2]["thread_ts"] == incident_row(audit_engine, opened.incident_id).slack_ts
+    assert "thread_ts" not in posts[1] and "reply_broadcast" not in posts[2]
+    row = incident_row(audit_engine, opened.incident_id)
     assert row.notification_state == "delivered:r1" and row.evidence[OUTBOX_KEY] == []
     assert [u["summary"] for u in row.evidence[UPDATES_KEY]] == ["also: tier l40s"]  # kept
+    assert "retried later" in caplog.text and TOKEN not in caplog.text
+
+
+def test_backoff_doubles_up_to_five_minutes_and_yields_to_a_longer_retry_after(
+    audit_engine: Engine, slack: FakeSlack
+) -> None:
+    open_incident(audit_engine)
+    leader = replica(audit_engine, slack, "a", T0 + 20)
+    slack.down()
+    now, waits = T0 + 20, []
+    for _ in range(10):
+        [(_, result)] = leader.deliver(now)
+        assert not result.ok and result.retryable
+        next_s = float(incident_row(audit_engine).evidence[OUTBOX_KEY][0]["next_attempt_s"])
+        assert leader.deliver(next_s - 0.01) == []  # nothing is tried before that time
+        waits.append(next_s - now)
+        now = next_s
+    assert waits == [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]
+    store = IncidentStore(audit_engine)
+    [msg] = store.due(now)
+    assert msg.attempts == 10
+    assert store.failed(msg, now, "ratelimited", retry_after_s=900.0) == now + 900.0
 
 
 def test_429_waits_at_least_retry_after_and_permanent_errors_drop_one_message(
@@ -166,3 +226,57 @@ def test_updates_after_the_resolution_are_dropped(audit_engine: Engine) -> None:
     assert [(u["state"], u["summary"]) for u in row.evidence[UPDATES_KEY]] == [
         ("resolved", "held by bob")
     ]
+
+
+def test_a_flood_episode_is_one_thread_however_often_the_guard_evaluates(
+    audit_engine: Engine, slack: FakeSlack
+) -> None:
+    start_rollout(GuardStore(audit_engine), stage_pct=10)
+    config = GuardConfig(breaker=BreakerConfig(cooldown_s=120.0))
+    leader = replica(audit_engine, slack, "a", T0 + 0.5, config)
+    samples = iter(flood_stream())  # one prompt is 30 % of the traffic from 300 s to 400 s
+    pending = next(samples, None)
+    for sec in range(1, 900):  # 899 evaluations, each followed by a delivery round
+        while pending is not None and pending.at_s <= sec:
+            leader.observe(replace(pending, at_s=T0 + pending.at_s))
+            pending = next(samples, None)
+        leader.evaluate(T0 + sec)
+        leader.deliver(T0 + sec)
+    outcome = leader.command(ManualAction.RESUME, T0 + 900, actor="ana", reason="flood over")
+    assert outcome.result.changed
+    leader.deliver(T0 + 900)
+    posts = [p.body for p in slack.posts()]
+    assert [p["text"].split()[:2] for p in posts] == [
+        ["[opened]", str(outcome.incident_id)],
+        ["[updated]", str(outcome.incident_id)],
+        ["[resolved]", str(outcome.incident_id)],
+    ]
+    row = incident_row(audit_engine)
+    assert "thread_ts" not in posts[0]
+    assert posts[1]["thread_ts"] == posts[2]["thread_ts"] == row.slack_ts
+    assert row.notification_state == "delivered:r2" and row.evidence[GUARD_KEY]["sent"] == 3
+
+
+def test_the_services_delivery_rounds_feed_the_slack_metrics(
+    audit_engine: Engine, slack: FakeSlack
+) -> None:
+    open_incident(audit_engine)
+    registry = CollectorRegistry()
+    modes = ReplicaModes(
+        replica(audit_engine, slack, "a", T0 + 20),
+        FleetState(load_fleet()),
+        SlaguardMetrics(registry),
+    )
+
+    def count(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    slack.fail_next(500)
+    asyncio.run(modes.evaluate(T0 + 20))
+    assert count("slaguard_slack_delivery_failures_total", reason="server_error") == 1.0
+    assert count("slaguard_slack_deliveries_total") == 0.0
+    asyncio.run(modes.evaluate(T0 + 21))  # paused until T0 + 22: no attempt, nothing counted
+    asyncio.run(modes.evaluate(T0 + 22))
+    assert count("slaguard_slack_delivery_failures_total", reason="server_error") == 1.0
+    assert count("slaguard_slack_deliveries_total") == 1.0
+    assert len(slack.requests) == 2

@@ -38,7 +38,7 @@ OUTBOX_KEY = "outbox"
 UPDATES_KEY = "updates"
 BASE_BACKOFF_S = 2.0
 MAX_BACKOFF_S = 300.0
-"""Retry schedule of an undelivered message (the notify line's outbox uses the same)."""
+"""Retry schedule of an undelivered message: 2 s doubling to 5 min, never before Retry-After."""
 _WAITING = ("pending", "retrying")
 
 

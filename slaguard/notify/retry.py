@@ -14,8 +14,8 @@ from slack_sdk.http_retry.handler import RetryHandler
 def slack_retry_handlers(max_retries: int = 1, server_backoff_s: float = 0.5) -> list[RetryHandler]:
     """Connection errors, 429 (sleeps Retry-After) and 500/503 (exponential backoff).
 
-    Retries are few on purpose: a message that still fails goes back to the outbox, which
-    retries later without holding a thread.
+    Retries are few on purpose: a message that still fails stays in its incident's database
+    outbox, and `GuardReplica.deliver` tries it again later without holding a thread.
     """
     backoff = BackoffRetryIntervalCalculator(backoff_factor=server_backoff_s)
     return [

@@ -285,7 +285,7 @@ class MetricFamilies:
         )
         self.slack_failures = Counter(
             "slaguard_slack_delivery_failures_total",
-            "Slack deliveries failed after the client's retries (the outbox retries later).",
+            "Slack deliveries failed after the client's retries (retried later unless rejected).",
             ["reason"],
             registry=r,
         )

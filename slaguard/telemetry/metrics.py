@@ -250,7 +250,7 @@ class SlaguardMetrics(MetricFamilies):
         self.slack_failures.labels(SLACK_FAILURE_REASONS.clean(reason)).inc()
 
     def count_slack_results(self, results: Iterable[DeliveryOutcome]) -> None:
-        """Count one delivery round of the notify outbox: successes and failed attempts."""
+        """Count one `GuardReplica.deliver` round (the database outbox): successes and failures."""
         for result in results:
             if result.ok:
                 self.count_slack_delivery()
