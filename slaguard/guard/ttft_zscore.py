@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
@@ -190,23 +191,21 @@ class TtftZscoreDetector:
         noise: dict[str, float],
     ) -> dict[str, _Score]:
         c = self.config
-        groups: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-        for target, p99 in p99s.items():
-            st = self._targets[target]
-            groups[(st.card_type, st.model_id)][target] = p99
+        peers = self._peer_groups(p99s)
         peer_z: dict[str, float] = {}
         floor = log_floor(c.mad_floor_rel)
-        for members in groups.values():
-            if len(members) >= c.min_peers:
-                logs = {t: math.log(p99) for t, p99 in members.items()}
-                peer_z.update(robust_zscores(logs, 0.0, floor, noise)[0])
+        for by_card in peers.values():
+            for members in by_card.values():
+                if len(members) >= c.min_peers:
+                    logs = {t: math.log(p99s[t]) for t in members}
+                    peer_z.update(robust_zscores(logs, 0.0, floor, noise)[0])
         ratios = {
             t: r
             for t, p99 in p99s.items()
             if self._targets[t].baseline.age_s(now_s) >= c.window_s
             and (r := self._targets[t].baseline.ratio(p99)) is not None
         }
-        fleet_z = self._change_scores(ratios, floor, noise)
+        fleet_z = self._change_scores(peers, ratios, floor, noise)
         scores: dict[str, _Score] = {}
         for target, p99 in p99s.items():
             pz, fz = peer_z.get(target), fleet_z.get(target)
@@ -217,8 +216,21 @@ class TtftZscoreDetector:
                 )
         return scores
 
+    def _peer_groups(self, targets: Iterable[str]) -> dict[str, dict[str, list[str]]]:
+        """The scored targets by model, then by card type: the peer score compares within a
+        (model, card type) group, the change score within a model."""
+        groups: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+        for target in targets:
+            st = self._targets[target]
+            groups[st.model_id][st.card_type].append(target)
+        return groups
+
     def _change_scores(
-        self, ratios: dict[str, float], floor: float, noise: dict[str, float]
+        self,
+        peers: dict[str, dict[str, list[str]]],
+        ratios: dict[str, float],
+        floor: float,
+        noise: dict[str, float],
     ) -> dict[str, float]:
         """Robust Z of log(p99 / baseline) among the targets serving the same model.
 
@@ -228,11 +240,9 @@ class TtftZscoreDetector:
         """
         c = self.config
         logs = {t: math.log(r) for t, r in ratios.items()}
-        by_model: dict[str, dict[str, float]] = defaultdict(dict)
-        for target, value in logs.items():
-            by_model[self._targets[target].model_id][target] = value
         scores: dict[str, float] = {}
-        for members in by_model.values():
+        for by_card in peers.values():
+            members = {t: logs[t] for group in by_card.values() for t in group if t in logs}
             if len(members) >= c.min_peers:
                 scores.update(robust_zscores(members, 0.0, floor, noise)[0])
         if len(scores) < len(logs) and len(logs) >= c.min_scored_targets:
