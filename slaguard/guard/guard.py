@@ -123,7 +123,10 @@ class Guard:
     def _in_stage(self, report: DetectorReport) -> DetectorReport:
         """The rollout comparison judges only during a gray stage: outside one its window
         holds the requests of a stage that has ended (after a trip, the learned arm's last
-        ones against round-robin's next ones), not two arms running side by side."""
+        ones against round-robin's next ones), not two arms running side by side. Resetting
+        its counts at a mode change would not do: requests routed before the change finish
+        after it (in the simulator, 110-150 learned-arm samples after a trip at 20 req/s),
+        and a new gray stage would lose the previous stage's comparable requests."""
         if report.detector != rollout_compare.NAME or self.state.mode.kind is ModeKind.ROLLOUT:
             return report
         evidence = report.evidence | {"gray_stage": False}
