@@ -26,7 +26,7 @@ def print_table(r: dict[str, Any]) -> None:
     )
     for c in r["clean"]:
         v = c["violation"]
-        rules = ", ".join(f"{k}: {n}" for k, n in c["promql_firings"].items())
+        rules = ", ".join(f"{k}: {len(n)}" for k, n in c["promql_firings"].items())
         shadow = len(c["shadow_would_trip_s"])
         print(
             f"{c['trace']:<14} {c['scale']:>5g} {len(c['trips']):>5} {shadow:>6} "
@@ -57,11 +57,19 @@ def print_table(r: dict[str, Any]) -> None:
         "on the same series"
     )
     for c in r["promql_comparison"]:
+        ratios = c["ratio_by_rule"]
         rules = ", ".join(
-            f"{k}: {'never' if d is None else _s(d)}" for k, d in c["promql_delay_s"].items()
+            f"{k}: "
+            + ("never" if d is None else _s(d))
+            + (f" ({ratios[k]:.1f}x)" if k in ratios else "")
+            for k, d in c["promql_delay_s"].items()
         )
-        ratio = "the rule never fires" if c["rule_never_fires"] else f"{c['ratio'] or 0:.1f}x"
+        goal = f"{r['promql_ratio_goal']:g}x"
+        if c["rule_never_fires"]:
+            verdict = f"no rule fires: no ratio to hold against {goal}"
+        else:
+            ratio = "-" if c["ratio"] is None else f"{c['ratio']:.1f}x"
+            verdict = f"{ratio} ({_yes(c['meets'])} >= {goal})"
         print(
-            f"{c['fault']:<11} {c['series']:<12} {rules}; guard {_s(c['guard_delay_s'])}; {ratio} "
-            f"({_yes(c['meets'])} >= {r['promql_ratio_goal']:g}x)"
+            f"{c['fault']:<11} {c['series']:<12} {rules}; guard {_s(c['guard_delay_s'])}; {verdict}"
         )

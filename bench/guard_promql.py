@@ -1,75 +1,154 @@
-"""A PromQL z-score alert rule's arithmetic, applied to a simulated TTFT series.
+"""PromQL z-score alert rules' arithmetic, applied to a simulated TTFT series.
 
-The rule an SRE would write without slaguard's in-process guard, per target:
+The rules an SRE would write without slaguard's in-process guard. Each starts from a
+recording rule evaluated every 15 s over a 1-minute window, per target or per card type:
 
-    p99 = histogram_quantile(0.99,
-            sum by (target, le) (rate(vllm:time_to_first_token_seconds_bucket[1m])))
-    alert: (p99 - on() group_left() avg(p99)) / on() group_left() stddev(p99) > 3
-    for: 1m            (evaluation_interval: 15s)
+    job:ttft_p99:1m = histogram_quantile(0.99,
+        sum by (target, le) (rate(vllm:time_to_first_token_seconds_bucket[1m])))
+                                  (or `sum by (card_type, le)`; or the 1-minute mean,
+                                   `rate(_sum[1m]) / rate(_count[1m])`)
 
-or the same with the 1-minute mean (`rate(_sum[1m]) / rate(_count[1m])`) for the p99, or
-with avg and stddev taken per model (`avg by (model)`, matched `on (model)`).
-Used by bench/guard_efficacy.py; tested in tests/test_sim_guard_promql.py.
+Cross-sectional (`cross_zscore_firings`): each series against the fleet at that instant,
+    (x - on() group_left() avg(x)) / on() group_left() stddev(x) > 3
+or with avg and stddev per model (`avg by (model)`, matched `on (model)`).
+
+Against its own history (`history_zscore_firings`, the usual anomaly-detection pattern):
+    (x - avg_over_time(x[1h])) / stddev_over_time(x[1h]) > 3
+
+Every alert has `for: 1m` (evaluation_interval: 15s). Used by bench/guard_efficacy.py;
+tested in tests/test_sim_guard_promql.py.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from slaguard.sim.results import Results
 
+Firing = tuple[float, str]
+"""(firing time, series label)."""
 
-def promql_zscore_firings(
+
+@dataclass(frozen=True)
+class Recorded:
+    """A recording rule's output: one value per evaluation (rows) and series (columns),
+    NaN where the window held no sample (the series is absent at that evaluation)."""
+
+    times: np.ndarray
+    labels: tuple[str, ...]
+    values: np.ndarray
+
+
+def record(
     results: Results,
-    n_targets: int,
+    series: Sequence[str],
+    stat: str = "p99",
+    eval_s: float = 15.0,
+    window_s: float = 60.0,
+) -> Recorded:
+    """The recording rule: every `eval_s`, the TTFT p99 (or mean) of the samples whose first
+    token arrived in (t - window_s, t], pooled by label (`series[i]` labels target i; targets
+    sharing a label are summed, as `sum by (card_type, le)`). Exact samples stand in for
+    `histogram_quantile` over buckets, whose interpolation would only blur them.
+    Evaluations run from `eval_s` to just past the last first token."""
+    labels = tuple(dict.fromkeys(series))
+    column = np.array([labels.index(s) for s in series])
+    ok = np.isfinite(results.first_token_s) & (results.target >= 0)
+    order = np.argsort(results.first_token_s[ok], kind="stable")
+    when = results.first_token_s[ok][order]
+    ttft, col = results.ttft_s[ok][order], column[results.target[ok][order]]
+    end = float(when[-1]) if len(when) else 0.0
+    times = eval_s * np.arange(1, int(end // eval_s) + 2)
+    values = np.full((len(times), len(labels)), np.nan)
+    for j in range(len(labels)):
+        w, v = when[col == j], ttft[col == j]
+        lo = np.searchsorted(w, times - window_s, side="right")
+        hi = np.searchsorted(w, times, side="right")
+        for k in np.flatnonzero(hi > lo):
+            chunk = v[lo[k] : hi[k]]
+            values[k, j] = np.percentile(chunk, 99) if stat == "p99" else chunk.mean()
+    return Recorded(times, labels, values)
+
+
+def zscore_above(x: np.ndarray, pool: np.ndarray, threshold: float) -> np.ndarray:
+    """`(x - avg(pool)) / stddev(pool) > threshold` along axis 0 of `pool`, skipping NaN
+    (absent samples); stddev is the population one, as PromQL's. A zero stddev makes
+    PromQL divide 0 by 0 (NaN, never > threshold): false here too, with a relative
+    tolerance so that float rounding of a constant series is not read as spread."""
+    present = np.isfinite(pool)
+    n = np.maximum(present.sum(axis=0), 1)
+    mean = np.where(present, pool, 0.0).sum(axis=0) / n
+    var = np.where(present, (pool - mean) ** 2, 0.0).sum(axis=0) / n
+    sd = np.sqrt(var)
+    spread = sd > 1e-9 * np.abs(mean)
+    z = (x - mean) / np.where(spread, sd, 1.0)
+    return np.isfinite(x) & spread & (z > threshold)
+
+
+def alert_firings(recorded: Recorded, true: np.ndarray, for_s: float = 60.0) -> list[Firing]:
+    """Prometheus `for`: an alert is pending from its first true evaluation, fires once it
+    has been true at every evaluation for `for_s`, and a false (or absent) evaluation
+    resets it. One firing per pending episode, sorted by time then label."""
+    firings: list[Firing] = []
+    for j, label in enumerate(recorded.labels):
+        since: float | None = None
+        fired = False
+        for t, now in zip(recorded.times, true[:, j], strict=True):
+            if not now:
+                since, fired = None, False
+                continue
+            since = float(t) if since is None else since
+            if not fired and t - since >= for_s - 1e-9:
+                firings.append((float(t), label))
+                fired = True
+    order = {label: j for j, label in enumerate(recorded.labels)}
+    return sorted(firings, key=lambda f: (f[0], order[f[1]]))
+
+
+def cross_zscore_firings(
+    results: Results,
+    series: Sequence[str],
     stat: str = "p99",
     threshold: float = 3.0,
     eval_s: float = 15.0,
     window_s: float = 60.0,
     for_s: float = 60.0,
-    groups: list[str] | None = None,
-) -> list[tuple[float, int]]:
-    """When `(x - avg(x)) / stddev(x) > threshold` with `for: 1m` fires, per target.
+    groups: Mapping[str, str] | None = None,
+) -> list[Firing]:
+    """Each series z-scored against the others at the same evaluation. `groups` (label ->
+    group, e.g. the target's model) makes avg and stddev run within each group (`avg by
+    (model)` with `on (model) group_left`); None is the whole fleet."""
+    rec = record(results, series, stat, eval_s, window_s)
+    group = [groups[label] if groups else "" for label in rec.labels]
+    true = np.zeros(rec.values.shape, dtype=bool)
+    for g in set(group):
+        cols = [j for j, h in enumerate(group) if h == g]
+        x = rec.values[:, cols]
+        true[:, cols] = zscore_above(x.T, x.T, threshold).T
+    return alert_firings(rec, true, for_s)
 
-    `groups` (one label per target, e.g. its model) makes avg and stddev run within each
-    group (`avg by (model)` with `on (model) group_left`); None is the whole fleet.
 
-    x is each target's TTFT p99 (or mean) over the last `window_s`, from the samples whose
-    first token arrived in (t - window_s, t], evaluated every `eval_s` (Prometheus
-    `histogram_quantile` over `rate(...[1m])`, here on exact samples: bucket interpolation
-    would only blur it). avg and stddev (population, as PromQL's) run over the targets that
-    have samples. An alert is pending from its first true evaluation and fires once it has
-    been true at every evaluation for `for_s`. Returns (firing time, target index).
-    """
-    ok = np.isfinite(results.first_token_s) & (results.target >= 0)
-    order = np.argsort(results.first_token_s[ok], kind="stable")
-    when = results.first_token_s[ok][order]
-    ttft, target = results.ttft_s[ok][order], results.target[ok][order]
-    per_target = [(when[target == i], ttft[target == i]) for i in range(n_targets)]
-    end = float(when[-1]) if len(when) else 0.0
-    pending: dict[int, float] = {}
-    firings: list[tuple[float, int]] = []
-    for k in range(1, int(end // eval_s) + 2):
-        t = k * eval_s
-        values: dict[int, float] = {}
-        for i, (w, v) in enumerate(per_target):
-            lo, hi = np.searchsorted(w, [t - window_s, t], side="right")
-            if hi > lo:
-                chunk = v[lo:hi]
-                values[i] = float(np.percentile(chunk, 99) if stat == "p99" else chunk.mean())
-        label = groups or [""] * n_targets
-        true_now: set[int] = set()
-        for group in set(label):
-            members = {i: x for i, x in values.items() if label[i] == group}
-            xs = np.array(list(members.values()))
-            sd = float(xs.std()) if len(xs) > 1 else 0.0
-            true_now |= {
-                i for i, x in members.items() if sd > 0 and (x - xs.mean()) / sd > threshold
-            }
-        for i in [i for i in pending if i not in true_now]:
-            del pending[i]
-        for i in true_now:
-            since = pending.setdefault(i, t)
-            if t - since == for_s:
-                firings.append((t, i))
-    return firings
+def history_zscore_firings(
+    results: Results,
+    series: Sequence[str],
+    stat: str = "p99",
+    threshold: float = 3.0,
+    eval_s: float = 15.0,
+    window_s: float = 60.0,
+    history_s: float = 3600.0,
+    for_s: float = 60.0,
+) -> list[Firing]:
+    """Each series z-scored against its own recorded values over (t - history_s, t], the
+    current one included (as `avg_over_time(x[1h])` includes it). The recording starts
+    with the simulation, so until `history_s` has passed the history is what exists so
+    far, as in a Prometheus started with the fleet: with n values, one of them scores at
+    most sqrt(n - 1) (Samuelson), so no evaluation is true before the 11th (165 s)."""
+    rec = record(results, series, stat, eval_s, window_s)
+    true = np.zeros(rec.values.shape, dtype=bool)
+    for k, t in enumerate(rec.times):
+        lo = int(np.searchsorted(rec.times, t - history_s, side="right"))
+        true[k] = zscore_above(rec.values[k], rec.values[lo : k + 1], threshold)
+    return alert_firings(rec, true, for_s)
