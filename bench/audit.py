@@ -151,8 +151,9 @@ def writer_rate(engine: Engine, records: list[DecisionRecord]) -> tuple[float, l
         if not writer.wait_flushed(600):
             raise RuntimeError(f"writer did not drain: {writer.stats()}")
         elapsed = time.perf_counter() - started
-        if writer.rows_written != len(records) + 1:
-            raise RuntimeError(f"expected {len(records) + 1} rows, wrote {writer.rows_written}")
+        written = writer.stats().rows_written
+        if written != len(records) + 1:
+            raise RuntimeError(f"expected {len(records) + 1} rows, wrote {written}")
     return len(records) / elapsed, costs
 
 

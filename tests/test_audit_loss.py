@@ -67,13 +67,13 @@ def test_postgres_unreachable_then_reachable(pg_engine: Engine, tmp_path: Path) 
     down = AuditWriter(create_audit_engine(wrong), spill)
     for record in RUN.decisions:
         down.enqueue(record)
-    wait_for("a failed write against the wrong port", lambda: down.write_errors > 0, 10)
+    wait_for("a failed write against the wrong port", lambda: down.stats().write_errors > 0, 10)
     left = down.close(drain_timeout_s=0.2)
     assert (left.queue_depth, left.rows_written) == (N, 0)
     assert stored_ids(pg_engine) == []
     with AuditWriter(pg_engine, spill) as up:
         assert up.wait_flushed(30)
-        assert up.rows_written == N
+        assert up.stats().rows_written == N
     assert_exactly_once(pg_engine)
     assert no_segments(spill)
 
@@ -118,7 +118,7 @@ def test_postgres_server_restart_mid_stream(
         restarting = restartable_cluster()
         sent = half
         # Keep deciding while the server goes down and comes back.
-        while restarting.poll() is None or writer.write_errors == 0:
+        while restarting.poll() is None or writer.stats().write_errors == 0:
             if sent < N - 100:
                 writer.enqueue(RUN.decisions[sent])
                 sent += 1
@@ -128,7 +128,7 @@ def test_postgres_server_restart_mid_stream(
         assert restarting.wait(60) == 0, restarting.stderr.read() if restarting.stderr else ""
         for record in RUN.decisions[sent:]:
             writer.enqueue(record)
-        assert writer.write_errors > 0, "the restart was never noticed by the writer"
+        assert writer.stats().write_errors > 0, "the restart was never noticed by the writer"
         assert writer.wait_flushed(60), writer.stats()
     assert_exactly_once(pg_engine)
     assert no_segments(spill)
@@ -158,10 +158,10 @@ def test_sqlite_locked_by_another_process(tmp_path: Path) -> None:
         with AuditWriter(engine, spill) as writer:
             for record in RUN.decisions:
                 writer.enqueue(record)
-            wait_for("a 'database is locked' failure", lambda: writer.write_errors > 0, 15)
+            wait_for("a 'database is locked' failure", lambda: writer.stats().write_errors > 0, 15)
             assert "locked" in (writer.stats().last_error or "")
-            assert writer.rows_written == 0
-            assert writer.queue_depth == N
+            assert writer.stats().rows_written == 0
+            assert writer.stats().queue_depth == N
             assert holder.stdin is not None
             holder.stdin.write("release\n")
             holder.stdin.flush()
@@ -210,7 +210,7 @@ def test_sigkill_after_acknowledging_replays_into_postgres(
     _run_and_kill(wrong, spill)
     with AuditWriter(pg_engine, spill) as restarted:
         assert restarted.wait_flushed(30)
-        assert restarted.rows_written == N
+        assert restarted.stats().rows_written == N
     assert_exactly_once(pg_engine)
     assert no_segments(spill)
 
@@ -224,8 +224,8 @@ def test_sigkill_mid_flush_replays_sqlite_exactly_once(tmp_path: Path) -> None:
     already = len(stored_ids(engine))
     with AuditWriter(engine, spill) as restarted:
         assert restarted.wait_flushed(30)
-        assert restarted.rows_written == N - already
+        assert restarted.stats().rows_written == N - already
     assert_exactly_once(engine)
     assert no_segments(spill)
     with AuditWriter(engine, spill) as third:
-        assert third.queue_depth == 0
+        assert third.stats().queue_depth == 0

@@ -44,7 +44,7 @@ def test_a_killed_writer_process_is_restarted_and_nothing_is_lost(
         first = w.process_id
         for record in RUN.decisions[:half]:
             w.enqueue(record)
-        wait_for("the first committed batch", lambda: w.rows_written > 0, 30)
+        wait_for("the first committed batch", lambda: w.stats().rows_written > 0, 30)
         os.kill(first, signal.SIGKILL)
         for record in RUN.decisions[half:]:
             w.enqueue(record)
@@ -52,7 +52,10 @@ def test_a_killed_writer_process_is_restarted_and_nothing_is_lost(
         stats = w.stats()
         assert w.process_id != first and not alive(first)
     assert stats.process_restarts == 1
-    assert stats.rows_written == N
+    # Every record confirmed; `rows_written` may miss one batch the killed process
+    # committed but never reported (its replay then inserts nothing): the rows decide.
+    assert stats.records_flushed == N
+    assert N - 200 <= stats.rows_written <= N
     ids = stored(audit_engine)
     assert len(ids) == len(set(ids)) == N
 

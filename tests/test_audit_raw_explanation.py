@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 from helpers import req
 from sqlalchemy import Engine, text
 
 from slaguard.audit.engine import create_audit_engine
-from slaguard.audit.from_scheduler import decision_record
+from slaguard.audit.from_scheduler import decision_head, decision_record
 from slaguard.audit.lines import (
     FLEET_TAG,
     RAW_DECISION_TAG,
@@ -88,6 +89,29 @@ def test_raw_lines_render_to_exactly_what_to_dict_gives() -> None:
     assert stored == [json_encoder.encode(d.explanation.to_dict()).decode() for d in DECISIONS]
 
 
+def test_the_routing_path_journals_the_same_line_without_a_record() -> None:
+    """`enqueue_decision`'s encoding (no DecisionRecord built) equals the record's."""
+    via_record, via_head = JournalEncoder(), JournalEncoder()
+    for d in DECISIONS:
+        head = decision_head(
+            d, decided_at_s=1_796_000_000.0, fleet_mode="learned", config_hash="c",
+            latency_s=1e-4,
+        )  # fmt: skip
+        assert via_head.encode_raw(head, d.explanation) == via_record.encode(record(d))
+
+
+def test_a_raw_line_with_cut_or_padded_arrays_is_unreadable() -> None:
+    header, line = JournalEncoder().encode(record(DECISIONS[0]))[::-1]
+    assert header is not None
+    body, blob = line.rstrip(b"\n").split(b"\x02")
+    raw = base64.b64decode(blob)
+    for bad in (raw[:-8], raw + bytes(8)):
+        bad_line = body + b"\x02" + base64.b64encode(bad) + b"\n"
+        assert decode_lines([header[1], bad_line], fleets={}).unreadable == 1
+    assert decode_lines([header[1], body + b"\x02not base64!\n"], fleets={}).unreadable == 1
+    assert decode_lines([header[1], line], fleets={}).unreadable == 0
+
+
 def test_a_raw_line_without_its_fleet_line_is_unreadable() -> None:
     line, _ = JournalEncoder().encode(record(DECISIONS[0]))
     assert decode_lines([line], fleets={}).unreadable == 1
@@ -135,4 +159,4 @@ def test_every_segment_carries_its_fleet_line_and_decodes_alone(
     with AuditWriter(audit_engine, spill) as replay:
         assert replay.wait_flushed(30), replay.stats()
         assert replay.stats().torn_records == 0
-        assert 0 < replay.rows_written < 30
+        assert 0 < replay.stats().rows_written < 30

@@ -76,7 +76,7 @@ def test_copy_and_multi_row_inserts_store_identical_rows(
             enqueue_all(writer, RUN.outcomes[:200])
             enqueue_all(writer, RUN.decisions[:10])  # duplicates are not counted
             assert writer.wait_flushed(30)
-            assert writer.rows_written == 400
+            assert writer.stats().rows_written == 400
         with pg_audit_engine.connect() as conn:
             stored[label] = conn.execute(
                 text(
@@ -149,7 +149,7 @@ def test_a_corrupt_journal_line_is_skipped_not_retried_forever(
     poison = [b"D{not json at all\x02{}\n", b'D{"request_id":"only-an-id"}\x02{}\n']
     (spill / f"{0:020d}{SEGMENT_SUFFIX}").write_bytes(b"".join(good[:150] + poison + good[150:]))
     with AuditWriter(audit_engine, spill, WriterSettings(copy_min_rows=1)) as writer:
-        assert writer.queue_depth == 302
+        assert writer.stats().queue_depth == 302
         assert writer.wait_flushed(30), writer.stats()
         stats = writer.stats()
     assert count(audit_engine, Decision) == 300
@@ -179,7 +179,7 @@ def test_drain_time_is_bounded_and_what_is_left_replays(tmp_path: Path) -> None:
     assert time.monotonic() - started < 2.0
     assert left.queue_depth + left.records_flushed == 1200
     with AuditWriter(engine, tmp_path / "spill") as again:
-        assert again.queue_depth >= left.queue_depth
+        assert again.stats().queue_depth >= left.queue_depth
         assert again.wait_flushed(30)
     assert (count(engine, Decision), count(engine, Outcome)) == (600, 600)
 
@@ -197,5 +197,5 @@ def test_concurrent_producers_each_record_once(tmp_path: Path) -> None:
         for thread in producers:
             thread.join()
         assert w.wait_flushed(30)
-        assert w.rows_written == 2000
+        assert w.stats().rows_written == 2000
     assert count(engine, Decision) == 2000

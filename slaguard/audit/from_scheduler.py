@@ -2,9 +2,35 @@
 
 from __future__ import annotations
 
-from slaguard.audit.records import DecisionRecord
+from typing import Any
+
+from slaguard.audit.lines import DecisionHeader
+from slaguard.audit.records import DecisionRecord, check_id
 from slaguard.fleet.fleet import Target
 from slaguard.scheduler.explain import Decision
+
+
+def decision_head(
+    decision: Decision,
+    *,
+    decided_at_s: float,
+    fleet_mode: str,
+    config_hash: str,
+    latency_s: float,
+    served_by: Target | None = None,
+) -> tuple[Any, ...]:
+    """The row's fields other than the explanation, in `lines.DecisionHeader` order;
+    `served_by` overrides the target (gateway retries)."""
+    req = decision.request
+    check_id("request_id", req.request_id)
+    target = served_by if served_by is not None else decision.target
+    return (
+        req.request_id, decided_at_s, req.model_id, req.priority.value, req.prompt_tokens,
+        req.max_new_tokens, req.deadline_s, decision.arm.value, fleet_mode,
+        decision.outcome.value, None if target is None else target.id,
+        None if target is None else target.card.id, decision.explanation.weights_version,
+        config_hash, latency_s,
+    )  # fmt: skip
 
 
 def decision_record(
@@ -16,24 +42,10 @@ def decision_record(
     latency_s: float,
     served_by: Target | None = None,
 ) -> DecisionRecord:
-    """The audit row for `decision`; `served_by` overrides the target (gateway retries)."""
-    req = decision.request
-    target = served_by if served_by is not None else decision.target
-    return DecisionRecord(
-        request_id=req.request_id,
-        decided_at_s=decided_at_s,
-        model_id=req.model_id,
-        priority=req.priority.value,
-        prompt_tokens=req.prompt_tokens,
-        max_new_tokens=req.max_new_tokens,
-        deadline_s=req.deadline_s,
-        policy_arm=decision.arm.value,
-        fleet_mode=fleet_mode,
-        outcome=decision.outcome.value,
-        target_id=None if target is None else target.id,
-        card_type=None if target is None else target.card.id,
-        explanation=decision.explanation,
-        weights_version=decision.explanation.weights_version,
-        config_hash=config_hash,
-        decision_latency_s=latency_s,
-    )
+    """The audit record for `decision` (the writer's `enqueue_decision` skips building it)."""
+    head = decision_head(
+        decision, decided_at_s=decided_at_s, fleet_mode=fleet_mode,
+        config_hash=config_hash, latency_s=latency_s, served_by=served_by,
+    )  # fmt: skip
+    fields = dict(zip(DecisionHeader.__struct_fields__, head, strict=True))
+    return DecisionRecord(**fields, explanation=decision.explanation)

@@ -1,20 +1,23 @@
 """The journal line format: how an acknowledged record is written and read back.
 
-    X<header JSON>\\x02<raw explanation JSON>\\n   a decision with the scheduler's Explanation
+    X<decision JSON array>\\x02<base64 arrays>\\n  a decision with the scheduler's Explanation
     D<header JSON>\\x02<explanation JSON>\\n       a decision with a mapping explanation
     O<outcome JSON>\\n                             an outcome
     F<fleet JSON>\\n                               a fleet (a segment header, not a record)
 
-`X` keeps the routing path cheap: the explanation is journalled as the router's arrays
-(`.tobytes()`, base64 in JSON) with target indices, and rendered to the stored JSON by
-`scheduler.explain.render_explanation` in the writer process, using the `F` line (target
-ids, card ids, static GB) its fleet key names; every segment holding an `X` line holds
-that fleet's `F` line before it, so any segment decodes alone. A `D` explanation is JSON
-text already (JSON never holds a raw control byte such as \\x02): passed through as is.
+`X` keeps the routing path cheap: a routed decision is journalled straight from the
+scheduler's `Decision` (no `DecisionRecord` built) as one JSON array (`RawDecision`: the
+row's fields and the explanation's scalars) and the router's arrays as one base64 blob of
+their bytes, laid out by `RAW_LAYOUT`. The writer process renders it to the stored JSON
+with `scheduler.explain.render_explanation`, using the `F` line (target ids, card ids,
+static GB) its fleet key names; every segment holding an `X` line holds that fleet's `F`
+line before it, so any segment decodes alone. A `D` explanation is JSON text already
+(JSON never holds a raw control byte such as \\x02): passed through as is.
 """
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 import logging
 from collections.abc import Iterable, Mapping
@@ -90,31 +93,76 @@ class FleetLine(msgspec.Struct, array_like=True):
     static_gb: list[float]
 
 
-class RawArray(msgspec.Struct, array_like=True):
-    dtype: str
-    shape: tuple[int, ...]
-    data: bytes
+class RawDecision(msgspec.Struct, array_like=True):
+    """An `X` line's JSON array: the decision row's fields (in `DecisionHeader` order),
+    then the explanation's scalars and the lengths its arrays need to be cut apart."""
 
-
-class RawExplanation(msgspec.Struct, array_like=True):
-    """An `Explanation` as journalled: its arrays' bytes, the fleet by key."""
-
+    request_id: str
+    decided_at_s: float
+    model_id: str
+    priority: str
+    prompt_tokens: int
+    max_new_tokens: int
+    deadline_s: float
+    policy_arm: str
+    fleet_mode: str
+    outcome: str
+    target_id: str | None
+    card_type: str | None
+    weights_version: str
+    config_hash: str
+    decision_latency_s: float
     fleet: str
     policy: str
-    candidates: RawArray
-    reasons: RawArray
-    components: RawArray | None
-    scores: RawArray | None
+    explanation_weights_version: str
+    n_candidates: int
+    n_components: int
+    """Columns of `components` per candidate; -1 when the explanation has none."""
+    has_scores: bool
+    n_groups: int
+    """Length of `v_used_gb` and `limit_gb`."""
     v_peak_gb: float
-    v_used_gb: RawArray
-    limit_gb: RawArray
     weights: tuple[float, ...]
-    weights_version: str
     prefiltered_out: int
     chosen: int | None
     notes: list[str]
     spill: dict[str, Any] | None
     degraded_from: str | None
+
+
+I64, I8, F64 = np.dtype(np.int64), np.dtype(np.int8), np.dtype(np.float64)
+RAW_LAYOUT = (
+    "candidates int64[n_candidates], reasons int8[n_candidates], "
+    "components float64[n_candidates, n_components] if n_components >= 0, "
+    "scores float64[n_candidates] if has_scores, v_used_gb float64[n_groups], "
+    "limit_gb float64[n_groups]; native byte order, C order, no padding"
+)
+
+
+def _bytes(a: np.ndarray, dtype: np.dtype[Any]) -> bytes:
+    return (a if a.dtype is dtype else a.astype(dtype)).tobytes()
+
+
+def raw_decision_line(head: tuple[Any, ...], e: Explanation, fleet_key: str) -> bytes:
+    """An `X` line: `head` is the row's 15 fields in `DecisionHeader` order."""
+    comps, scores = e.components, e.scores
+    blob = b"".join((
+        _bytes(e.candidates, I64), _bytes(e.reasons, I8),
+        b"" if comps is None else _bytes(comps, F64),
+        b"" if scores is None else _bytes(scores, F64),
+        _bytes(e.v_used_gb, F64), _bytes(e.limit_gb, F64),
+    ))  # fmt: skip
+    chosen = e.chosen
+    tail = (
+        fleet_key, e.arm.value, e.weights_version, len(e.candidates),
+        -1 if comps is None else comps.shape[1], scores is not None, len(e.v_used_gb),
+        e.v_peak_gb, e.weights, e.prefiltered_out,
+        None if chosen is None else int(chosen), e.notes, e.spill, e.degraded_from,
+    )  # fmt: skip
+    return b"".join((
+        RAW_DECISION_TAG, json_encoder.encode(head + tail), EXPLANATION_SEPARATOR,
+        binascii.b2a_base64(blob, newline=False), b"\n",
+    ))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,23 +175,7 @@ class FleetLabels:
 _decode_header = msgspec.json.Decoder(DecisionHeader).decode
 _decode_outcome = msgspec.json.Decoder(OutcomeLine).decode
 _decode_fleet = msgspec.json.Decoder(FleetLine).decode
-_decode_raw = msgspec.json.Decoder(RawExplanation).decode
-
-
-def _raw(a: np.ndarray) -> RawArray:
-    return RawArray(a.dtype.str, a.shape, a.tobytes())
-
-
-def _raw_opt(a: np.ndarray | None) -> RawArray | None:
-    return None if a is None else _raw(a)
-
-
-def _array(r: RawArray) -> np.ndarray:
-    return np.frombuffer(r.data, dtype=np.dtype(r.dtype)).reshape(r.shape)
-
-
-def _array_opt(r: RawArray | None) -> np.ndarray | None:
-    return None if r is None else _array(r)
+_decode_raw = msgspec.json.Decoder(RawDecision).decode
 
 
 def explanation_dict(record: DecisionRecord) -> Mapping[str, Any]:
@@ -152,8 +184,8 @@ def explanation_dict(record: DecisionRecord) -> Mapping[str, Any]:
     return explanation if isinstance(explanation, Mapping) else explanation.to_dict()
 
 
-def _header(record: DecisionRecord) -> DecisionHeader:
-    return DecisionHeader(
+def _head(record: DecisionRecord) -> tuple[Any, ...]:
+    return (
         record.request_id, record.decided_at_s, record.model_id, record.priority,
         record.prompt_tokens, record.max_new_tokens, record.deadline_s,
         record.policy_arm, record.fleet_mode, record.outcome, record.target_id,
@@ -167,7 +199,7 @@ def encode_record(record: AuditRecord) -> bytes:
     if isinstance(record, DecisionRecord):
         return (
             DECISION_TAG
-            + json_encoder.encode(_header(record))
+            + json_encoder.encode(DecisionHeader(*_head(record)))
             + EXPLANATION_SEPARATOR
             + json_encoder.encode(explanation_dict(record))
             + b"\n"
@@ -194,44 +226,52 @@ class JournalEncoder:
 
     def encode(self, record: AuditRecord) -> tuple[bytes, tuple[str, bytes] | None]:
         """(line, segment header it needs or None)."""
-        if not isinstance(record, DecisionRecord):
-            return encode_record(record), None
-        e = record.explanation
-        if not isinstance(e, Explanation):
-            return encode_record(record), None
-        if self._fleet is None or self._fleet[0] is not e.fleet:
-            self._fleet = (e.fleet, fleet_header(e.fleet))
-        header = self._fleet[1]
-        raw = RawExplanation(
-            header[0], e.arm.value, _raw(e.candidates), _raw(e.reasons),
-            _raw_opt(e.components), _raw_opt(e.scores), e.v_peak_gb, _raw(e.v_used_gb),
-            _raw(e.limit_gb), e.weights, e.weights_version, e.prefiltered_out,
-            None if e.chosen is None else int(e.chosen), list(e.notes), e.spill,
-            e.degraded_from,
-        )  # fmt: skip
-        line = (
-            RAW_DECISION_TAG
-            + json_encoder.encode(_header(record))
-            + EXPLANATION_SEPARATOR
-            + json_encoder.encode(raw)
-            + b"\n"
-        )
-        return line, header
+        if isinstance(record, DecisionRecord) and isinstance(record.explanation, Explanation):
+            return self.encode_raw(_head(record), record.explanation)
+        return encode_record(record), None
+
+    def encode_raw(
+        self, head: tuple[Any, ...], explanation: Explanation
+    ) -> tuple[bytes, tuple[str, bytes]]:
+        """(`X` line, its fleet's segment header) for a row's fields and its explanation."""
+        cached = self._fleet
+        if cached is None or cached[0] is not explanation.fleet:
+            cached = self._fleet = (explanation.fleet, fleet_header(explanation.fleet))
+        header = cached[1]
+        return raw_decision_line(head, explanation, header[0]), header
 
 
-def render_raw(raw: bytes, fleets: Mapping[str, FleetLabels]) -> bytes:
+def _cut(blob: bytes, start: int, count: int, dtype: np.dtype[Any]) -> tuple[np.ndarray, int]:
+    end = start + count * dtype.itemsize
+    if end > len(blob):
+        raise ValueError(f"raw explanation arrays end at byte {len(blob)}, expected >= {end}")
+    return np.frombuffer(blob, dtype, count, start), end
+
+
+def render_raw(r: RawDecision, blob: bytes, fleets: Mapping[str, FleetLabels]) -> bytes:
     """A raw explanation -> the JSON `Explanation.to_dict()` gives (same renderer)."""
-    r = _decode_raw(raw)
     fleet = fleets.get(r.fleet)
     if fleet is None:
         raise ValueError(f"raw explanation names fleet {r.fleet!r}, not journalled before it")
+    n, k = r.n_candidates, r.n_components
+    candidates, at = _cut(blob, 0, n, I64)
+    reasons, at = _cut(blob, at, n, I8)
+    components = None
+    if k >= 0:
+        flat, at = _cut(blob, at, n * k, F64)
+        components = flat.reshape(n, k)
+    scores = None
+    if r.has_scores:
+        scores, at = _cut(blob, at, n, F64)
+    v_used, at = _cut(blob, at, r.n_groups, F64)
+    limit, at = _cut(blob, at, r.n_groups, F64)
+    if at != len(blob):
+        raise ValueError(f"raw explanation arrays hold {len(blob)} bytes, layout says {at}")
     arrays = ExplanationArrays(
-        candidates=_array(r.candidates), reasons=_array(r.reasons),
-        components=_array_opt(r.components), scores=_array_opt(r.scores),
-        v_peak_gb=r.v_peak_gb, v_used_gb=_array(r.v_used_gb), limit_gb=_array(r.limit_gb),
-        weights=r.weights, weights_version=r.weights_version,
-        prefiltered_out=r.prefiltered_out, chosen=r.chosen, notes=r.notes, spill=r.spill,
-        degraded_from=r.degraded_from,
+        candidates=candidates, reasons=reasons, components=components, scores=scores,
+        v_peak_gb=r.v_peak_gb, v_used_gb=v_used, limit_gb=limit, weights=r.weights,
+        weights_version=r.explanation_weights_version, prefiltered_out=r.prefiltered_out,
+        chosen=r.chosen, notes=r.notes, spill=r.spill, degraded_from=r.degraded_from,
     )  # fmt: skip
     rendered = render_explanation(
         arrays, r.policy, fleet.target_ids, fleet.card_ids, fleet.static_gb
@@ -250,21 +290,32 @@ class DecodedBatch:
     """Fleet lines read (segment headers, not records)."""
 
 
-def _decision_row(
-    body: bytes, check_explanation: bool, fleets: Mapping[str, FleetLabels] | None
-) -> tuple[Any, ...]:
+def _decision_row(body: bytes, check_explanation: bool) -> tuple[Any, ...]:
     head, sep, explanation = body.rstrip(b"\n").partition(EXPLANATION_SEPARATOR)
     if not sep:
         raise ValueError("decision line without an explanation")
-    if fleets is not None:
-        explanation = render_raw(explanation, fleets)
-    elif check_explanation:
+    if check_explanation:
         msgspec.json.decode(explanation)
-    d = _decode_header(head)
+    return _row(_decode_header(head), explanation.decode())
+
+
+def _raw_decision_row(body: bytes, fleets: Mapping[str, FleetLabels]) -> tuple[Any, ...]:
+    head, sep, blob = body.rstrip(b"\n").partition(EXPLANATION_SEPARATOR)
+    if not sep:
+        raise ValueError("decision line without an explanation")
+    r = _decode_raw(head)
+    try:
+        arrays = binascii.a2b_base64(blob, strict_mode=True)
+    except binascii.Error as exc:
+        raise ValueError(f"raw explanation arrays: {exc}") from None
+    return _row(r, render_raw(r, arrays, fleets).decode())
+
+
+def _row(d: DecisionHeader | RawDecision, explanation: str) -> tuple[Any, ...]:
     return (
         d.request_id, utc_from_unix(d.decided_at_s), d.model_id, d.priority,
         d.prompt_tokens, d.max_new_tokens, d.deadline_s, d.policy_arm, d.fleet_mode,
-        d.outcome, d.target_id, d.card_type, explanation.decode(), d.weights_version,
+        d.outcome, d.target_id, d.card_type, explanation, d.weights_version,
         d.config_hash, d.decision_latency_s,
     )  # fmt: skip
 
@@ -299,9 +350,9 @@ def decode_lines(
         tag, body = line[:1], line[1:]
         try:
             if tag == DECISION_TAG:
-                batch.decision_rows.append(_decision_row(body, check_explanations, None))
+                batch.decision_rows.append(_decision_row(body, check_explanations))
             elif tag == RAW_DECISION_TAG:
-                batch.decision_rows.append(_decision_row(body, False, known))
+                batch.decision_rows.append(_raw_decision_row(body, known))
             elif tag == OUTCOME_TAG:
                 batch.outcome_rows.append(_outcome_row(body))
             elif tag == FLEET_TAG:

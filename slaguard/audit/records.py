@@ -77,7 +77,7 @@ def _check_choice(name: str, value: str, allowed: frozenset[str]) -> None:
         raise ValueError(f"{name} must be one of {sorted(allowed)}, got {value!r}")
 
 
-def _check_id(name: str, value: str) -> None:
+def check_id(name: str, value: str) -> None:
     if not value or len(value) > MAX_ID_LENGTH:
         raise ValueError(f"{name} must be 1..{MAX_ID_LENGTH} characters, got {value!r}")
 
@@ -109,7 +109,7 @@ class DecisionRecord:
     decision_latency_s: float
 
     def __post_init__(self) -> None:
-        _check_id("request_id", self.request_id)
+        check_id("request_id", self.request_id)
         _check_choice("priority", self.priority, PRIORITIES)
         _check_choice("policy_arm", self.policy_arm, POLICY_ARMS)
         _check_choice("outcome", self.outcome, DECISION_OUTCOMES)
@@ -138,7 +138,7 @@ class OutcomeRecord:
     sla_met: bool
 
     def __post_init__(self) -> None:
-        _check_id("request_id", self.request_id)
+        check_id("request_id", self.request_id)
         _check_choice("status", self.status, REQUEST_STATUSES)
 
 

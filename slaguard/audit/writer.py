@@ -32,11 +32,14 @@ from sqlalchemy.exc import OperationalError
 
 import slaguard
 from slaguard.audit.engine import create_audit_engine, default_spill_dir, error_line, shown_url
+from slaguard.audit.from_scheduler import decision_head
 from slaguard.audit.lines import FLEET_TAG, JournalEncoder
 from slaguard.audit.migrate import require_current_schema, upgrade
 from slaguard.audit.records import AuditRecord
 from slaguard.audit.spill import SpillJournal
 from slaguard.audit.writer_process import BatchDone, ChildConfig, Report, WriteFailed
+from slaguard.fleet.fleet import Target
+from slaguard.scheduler.explain import Decision
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -134,7 +137,27 @@ class AuditWriter:
 
     def enqueue(self, record: AuditRecord) -> None:
         """Acknowledge a record: journal it; never waits on the database."""
-        line, header = self._encoder.encode(record)
+        self._append(*self._encoder.encode(record))
+
+    def enqueue_decision(
+        self,
+        decision: Decision,
+        *,
+        decided_at_s: float,
+        fleet_mode: str,
+        config_hash: str,
+        latency_s: float,
+        served_by: Target | None = None,
+    ) -> None:
+        """`enqueue(decision_record(...))` without building the record: the routing
+        path's acknowledgement (fields as `from_scheduler.decision_head`)."""
+        head = decision_head(
+            decision, decided_at_s=decided_at_s, fleet_mode=fleet_mode,
+            config_hash=config_hash, latency_s=latency_s, served_by=served_by,
+        )  # fmt: skip
+        self._append(*self._encoder.encode_raw(head, decision.explanation))
+
+    def _append(self, line: bytes, header: tuple[str, bytes] | None) -> None:
         limit = self.settings.max_spill_bytes
         with self._lock:
             if self._closed:
@@ -162,22 +185,6 @@ class AuditWriter:
                 process_restarts=self._restarts,
                 last_error=self._last_error,
             )
-
-    @property
-    def queue_depth(self) -> int:
-        return self._backlog
-
-    @property
-    def spill_bytes(self) -> int:
-        return self._journal.pending_bytes
-
-    @property
-    def rows_written(self) -> int:
-        return self._rows_written
-
-    @property
-    def write_errors(self) -> int:
-        return self._write_errors
 
     @property
     def process_id(self) -> int:

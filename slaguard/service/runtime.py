@@ -28,7 +28,6 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
 
-from slaguard.audit.from_scheduler import decision_record
 from slaguard.audit.records import OutcomeRecord, RequestStatus
 from slaguard.audit.writer import AuditWriter, SpillFullError
 from slaguard.fleet import Fleet, Priority, Request
@@ -245,16 +244,15 @@ class ServiceRuntime:
             return
         d, entry = routed.decision, routed.entry
         target = None if entry.target_index is None else self.fleet.targets[entry.target_index]
-        rec = decision_record(
-            d,
-            decided_at_s=entry.decided_at_s,
-            fleet_mode=entry.mode,
-            config_hash=self.scheduler.config_hash,
-            latency_s=latency_s,
-            served_by=target,
-        )
         try:
-            self.writer.enqueue(rec)
+            self.writer.enqueue_decision(
+                d,
+                decided_at_s=entry.decided_at_s,
+                fleet_mode=entry.mode,
+                config_hash=self.scheduler.config_hash,
+                latency_s=latency_s,
+                served_by=target,
+            )
         except SpillFullError as exc:
             self.audit_refused += 1
             log.error("decision %s not audited: %s", d.request_id, exc)
