@@ -8,7 +8,8 @@ Driver contract (the simulator on simulated time, the service on wall time):
   evaluation. A `ModeChangedEvent` must be published (store compare-and-set on
   `state.version`, then the router's mode) before the next 500 ms correction tick, so a
   trip acts within one correction period of the verdict that caused it;
-* hand `IncidentEvent`s to the notify line's outbox (never send from the decision path);
+* store `IncidentEvent`s in the database outbox (`IncidentStore`), which the leader's
+  `GuardReplica.deliver` sends from the notify job (never from the decision path);
 * manual actions go through `rollback` / `resume`; a state changed elsewhere (another
   replica, the CLI) is taken with `adopt_state`.
 """
