@@ -350,10 +350,7 @@ def run(args: Any) -> dict[str, Any]:
     clean = [clean_row(fleet, name, *traces[name], args) for name in args.clean]
     faults = [fault_row(fleet, name, args.scale, args) for name in args.faults]
     compared = [
-        promql_comparison(f, series)
-        for f in faults
-        if f["fault"].startswith("jitter")
-        for series in ("learned", "round-robin")
+        promql_comparison(f, series) for f in faults for series in ("learned", "round-robin")
     ]
     return {
         "bench": "guard_efficacy",
