@@ -38,7 +38,6 @@ class TtftZscoreConfig(_Strict):
     fleet_trip_share: float = Field(default=0.3, gt=0, le=1)
     min_trip_targets: int = Field(default=3, ge=2)
     tier_window_s: float = Field(default=30.0, gt=0)
-    tier_quantile: float = Field(default=0.5, gt=0, lt=1)
     tier_min_samples: int = Field(default=40, ge=5)
     tier_min_targets: int = Field(default=2, ge=1)
     tier_z_threshold: float = Field(default=4.5, gt=0)
