@@ -43,7 +43,7 @@ from sqlalchemy.engine import URL, make_url
 
 from slaguard.audit import service
 from slaguard.audit.engine import create_audit_engine
-from slaguard.audit.from_scheduler import decision_record
+from slaguard.audit.from_scheduler import decision_head, record_from_head
 from slaguard.audit.lines import decision_row
 from slaguard.audit.migrate import upgrade
 from slaguard.audit.records import DecisionRecord, IncidentRecord, PriorityName
@@ -126,11 +126,13 @@ def scheduler_decisions(n: int, prefix: str) -> list[DecisionRecord]:
     (journalled raw, rendered in the writer process), default fleet, varied load."""
     reqs = requests(n, seed=5, prefix=f"{prefix}-")
     sched = warm_scheduler(load_fleet(), LEARNED, reqs)
-    return [
-        decision_record(sched.decide(req, 0.0, LEARNED), decided_at_s=START_S + i * 0.001,
-                        fleet_mode="learned", config_hash=sched.config_hash, latency_s=0.0)
-        for i, req in enumerate(reqs)
-    ]  # fmt: skip
+    out = []
+    for i, req in enumerate(reqs):
+        d = sched.decide(req, 0.0, LEARNED)
+        head = decision_head(d, decided_at_s=START_S + i * 0.001, fleet_mode="learned",
+                             config_hash=sched.config_hash, latency_s=0.0)  # fmt: skip
+        out.append(record_from_head(head, d.explanation))
+    return out
 
 
 def writer_rate(engine: Engine, records: list[DecisionRecord]) -> tuple[float, list[int]]:

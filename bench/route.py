@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from slaguard.audit.from_scheduler import decision_head
 from slaguard.audit.writer import open_writer
 from slaguard.fleet import Fleet, Priority, Request, build_fleet
 from slaguard.scheduler.core import Scheduler
@@ -139,13 +140,14 @@ def measure_with_writer(fleet: Fleet, reqs: list[Request], blocks: int = 10) -> 
         )
 
         def enqueue(sched: Scheduler, d: Decision) -> None:
-            writer.enqueue_decision(
+            head = decision_head(
                 d,
                 decided_at_s=time.time(),
                 fleet_mode="learned",
                 config_hash=sched.config_hash,
                 latency_s=0.0,
             )
+            writer.enqueue_decision(head, d.explanation)
 
         try:
             order = ("off", "decide", "decide_enqueue")

@@ -9,7 +9,7 @@ from helpers import req
 from sqlalchemy import Engine, text
 
 from slaguard.audit.engine import create_audit_engine
-from slaguard.audit.from_scheduler import decision_head, decision_record
+from slaguard.audit.from_scheduler import decision_head, record_from_head
 from slaguard.audit.lines import (
     FLEET_TAG,
     RAW_DECISION_TAG,
@@ -61,10 +61,14 @@ def every_outcome() -> list[Decision]:
 DECISIONS = every_outcome()
 
 
-def record(d: Decision) -> DecisionRecord:
-    return decision_record(
+def head(d: Decision) -> tuple[object, ...]:
+    return decision_head(
         d, decided_at_s=1_796_000_000.0, fleet_mode="learned", config_hash="c", latency_s=1e-4
     )
+
+
+def record(d: Decision) -> DecisionRecord:
+    return record_from_head(head(d), d.explanation)
 
 
 def test_the_cases_cover_every_outcome() -> None:
@@ -93,11 +97,7 @@ def test_the_routing_path_journals_the_same_line_without_a_record() -> None:
     """`enqueue_decision`'s encoding (no DecisionRecord built) equals the record's."""
     via_record, via_head = JournalEncoder(), JournalEncoder()
     for d in DECISIONS:
-        head = decision_head(
-            d, decided_at_s=1_796_000_000.0, fleet_mode="learned", config_hash="c",
-            latency_s=1e-4,
-        )  # fmt: skip
-        assert via_head.encode_raw(head, d.explanation) == via_record.encode(record(d))
+        assert via_head.encode_raw(head(d), d.explanation) == via_record.encode(record(d))
 
 
 def test_a_raw_line_with_cut_or_padded_arrays_is_unreadable() -> None:

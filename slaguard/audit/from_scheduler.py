@@ -1,4 +1,4 @@
-"""Audit records from the scheduler's objects: the one place that maps a Decision to a row."""
+"""Audit rows from the scheduler's objects: the one place that maps a Decision to a row."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from slaguard.audit.lines import DecisionHeader
 from slaguard.audit.records import DecisionRecord, check_id
 from slaguard.fleet.fleet import Target
-from slaguard.scheduler.explain import Decision
+from slaguard.scheduler.explain import Decision, Explanation
 
 
 def decision_head(
@@ -20,7 +20,8 @@ def decision_head(
     served_by: Target | None = None,
 ) -> tuple[Any, ...]:
     """The row's fields other than the explanation, in `lines.DecisionHeader` order;
-    `served_by` overrides the target (gateway retries)."""
+    `served_by` overrides the target (gateway retries). `AuditWriter.enqueue_decision`
+    journals it with the explanation; `record_from_head` makes a `DecisionRecord` of it."""
     req = decision.request
     check_id("request_id", req.request_id)
     target = served_by if served_by is not None else decision.target
@@ -33,19 +34,7 @@ def decision_head(
     )  # fmt: skip
 
 
-def decision_record(
-    decision: Decision,
-    *,
-    decided_at_s: float,
-    fleet_mode: str,
-    config_hash: str,
-    latency_s: float,
-    served_by: Target | None = None,
-) -> DecisionRecord:
-    """The audit record for `decision` (the writer's `enqueue_decision` skips building it)."""
-    head = decision_head(
-        decision, decided_at_s=decided_at_s, fleet_mode=fleet_mode,
-        config_hash=config_hash, latency_s=latency_s, served_by=served_by,
-    )  # fmt: skip
+def record_from_head(head: tuple[Any, ...], explanation: Explanation) -> DecisionRecord:
+    """The `DecisionRecord` of a `decision_head` (validated like any record)."""
     fields = dict(zip(DecisionHeader.__struct_fields__, head, strict=True))
-    return DecisionRecord(**fields, explanation=decision.explanation)
+    return DecisionRecord(**fields, explanation=explanation)

@@ -93,25 +93,10 @@ class FleetLine(msgspec.Struct, array_like=True):
     static_gb: list[float]
 
 
-class RawDecision(msgspec.Struct, array_like=True):
-    """An `X` line's JSON array: the decision row's fields (in `DecisionHeader` order),
-    then the explanation's scalars and the lengths its arrays need to be cut apart."""
+class RawDecision(DecisionHeader, array_like=True):
+    """An `X` line's JSON array: the decision row's fields (`DecisionHeader`'s, in its
+    order), then the explanation's scalars and the lengths its arrays need to be cut apart."""
 
-    request_id: str
-    decided_at_s: float
-    model_id: str
-    priority: str
-    prompt_tokens: int
-    max_new_tokens: int
-    deadline_s: float
-    policy_arm: str
-    fleet_mode: str
-    outcome: str
-    target_id: str | None
-    card_type: str | None
-    weights_version: str
-    config_hash: str
-    decision_latency_s: float
     fleet: str
     policy: str
     explanation_weights_version: str

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 from sqlalchemy import Engine
@@ -32,14 +32,12 @@ from sqlalchemy.exc import OperationalError
 
 import slaguard
 from slaguard.audit.engine import create_audit_engine, default_spill_dir, error_line, shown_url
-from slaguard.audit.from_scheduler import decision_head
 from slaguard.audit.lines import FLEET_TAG, JournalEncoder
 from slaguard.audit.migrate import require_current_schema, upgrade
 from slaguard.audit.records import AuditRecord
 from slaguard.audit.spill import SpillJournal
 from slaguard.audit.writer_process import BatchDone, ChildConfig, Report, WriteFailed
-from slaguard.fleet.fleet import Target
-from slaguard.scheduler.explain import Decision
+from slaguard.scheduler.explain import Explanation
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -139,23 +137,10 @@ class AuditWriter:
         """Acknowledge a record: journal it; never waits on the database."""
         self._append(*self._encoder.encode(record))
 
-    def enqueue_decision(
-        self,
-        decision: Decision,
-        *,
-        decided_at_s: float,
-        fleet_mode: str,
-        config_hash: str,
-        latency_s: float,
-        served_by: Target | None = None,
-    ) -> None:
-        """`enqueue(decision_record(...))` without building the record: the routing
-        path's acknowledgement (fields as `from_scheduler.decision_head`)."""
-        head = decision_head(
-            decision, decided_at_s=decided_at_s, fleet_mode=fleet_mode,
-            config_hash=config_hash, latency_s=latency_s, served_by=served_by,
-        )  # fmt: skip
-        self._append(*self._encoder.encode_raw(head, decision.explanation))
+    def enqueue_decision(self, head: tuple[Any, ...], explanation: Explanation) -> None:
+        """`enqueue(record_from_head(head, explanation))` without building the record:
+        the routing path's acknowledgement (`head` from `from_scheduler.decision_head`)."""
+        self._append(*self._encoder.encode_raw(head, explanation))
 
     def _append(self, line: bytes, header: tuple[str, bytes] | None) -> None:
         limit = self.settings.max_spill_bytes

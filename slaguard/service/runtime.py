@@ -28,6 +28,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
 
+from slaguard.audit.from_scheduler import decision_head
 from slaguard.audit.records import OutcomeRecord, RequestStatus
 from slaguard.audit.writer import AuditWriter, SpillFullError
 from slaguard.fleet import Fleet, Priority, Request
@@ -245,7 +246,7 @@ class ServiceRuntime:
         d, entry = routed.decision, routed.entry
         target = None if entry.target_index is None else self.fleet.targets[entry.target_index]
         try:
-            self.writer.enqueue_decision(
+            head = decision_head(
                 d,
                 decided_at_s=entry.decided_at_s,
                 fleet_mode=entry.mode,
@@ -253,6 +254,7 @@ class ServiceRuntime:
                 latency_s=latency_s,
                 served_by=target,
             )
+            self.writer.enqueue_decision(head, d.explanation)
         except SpillFullError as exc:
             self.audit_refused += 1
             log.error("decision %s not audited: %s", d.request_id, exc)

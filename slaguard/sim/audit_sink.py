@@ -13,7 +13,7 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
-from slaguard.audit.from_scheduler import decision_record
+from slaguard.audit.from_scheduler import decision_head
 from slaguard.audit.records import IncidentRecord, ModeChangeRecord, OutcomeRecord
 from slaguard.audit.store import log_mode_change, open_incident
 from slaguard.audit.writer import AuditWriter
@@ -38,15 +38,14 @@ class AuditObserver(SimObserver):
         self.outcomes = 0
 
     def on_decision(self, decision: Decision, now_s: float, latency_s: float) -> None:
-        self.writer.enqueue(
-            decision_record(
-                decision,
-                decided_at_s=self.base + now_s,
-                fleet_mode=self.sim.mode.label,
-                config_hash=self.sim.scheduler.config_hash,
-                latency_s=latency_s,
-            )
+        head = decision_head(
+            decision,
+            decided_at_s=self.base + now_s,
+            fleet_mode=self.sim.mode.label,
+            config_hash=self.sim.scheduler.config_hash,
+            latency_s=latency_s,
         )
+        self.writer.enqueue_decision(head, decision.explanation)
         self.decisions += 1
 
     def on_outcome(self, decision: Decision, now_s: float, outcome: OutcomeInfo) -> None:
