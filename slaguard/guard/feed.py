@@ -14,7 +14,7 @@ behind that watermark by the time it lands is not fed.
 What the audit rows carry: target, card type, model, deadline, arm, TTFT, SLA outcome.
 They do not carry the prompt's prefix identity or the model version's rollout time, so
 through this feed `hot_spot` and `cold_start` see nothing; a replica that also wants
-them feeds its own samples with `GuardReplica.observe` (see docs/guard.md).
+them feeds its own samples with `GuardReplica.observe` (see docs/guard-replicas.md).
 """
 
 from __future__ import annotations
