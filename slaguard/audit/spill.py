@@ -162,10 +162,6 @@ class SpillJournal:
         for fd in to_close:
             os.close(fd)
 
-    def read(self, start_lsn: int, max_lines: int) -> ReadResult:
-        """Up to `max_lines` complete lines from `start_lsn` (see `read_journal`)."""
-        return read_journal(self.directory, start_lsn, max_lines, self.live_from)
-
     def commit(self, lsn: int) -> None:
         """The database holds everything before `lsn`: forget (delete) covered segments."""
         with self.lock:
