@@ -53,14 +53,16 @@ def test_restart_replays_everything_not_committed(tmp_path: Path) -> None:
     journal.commit(ends[4])
     journal.close()
     reopened = SpillJournal(tmp_path, segment_bytes=64)
-    result = reopened.read(reopened.committed_lsn, max_lines=100)
+    result = read_journal(tmp_path, reopened.committed_lsn, 100, reopened.live_from)
     # Whole segments are kept until fully committed: replay may repeat a few committed
     # lines (inserts are idempotent) but never skips one.
     assert result.lines[-15:] == lines(15, start=5)
     assert len(result.lines) == reopened.recovered_records <= 20
     new_end = reopened.append(b"after-restart\n")
     assert new_end == reopened.end_lsn > ends[-1]
-    assert reopened.read(result.next_lsn, 10).lines == [b"after-restart\n"]
+    assert read_journal(tmp_path, result.next_lsn, 10, reopened.live_from).lines == [
+        b"after-restart\n"
+    ]
     reopened.close()
 
 
@@ -73,7 +75,7 @@ def test_a_torn_last_line_is_skipped_and_counted(tmp_path: Path) -> None:
         f.write(b"line-000")  # power loss mid-write
     reopened = SpillJournal(tmp_path)
     reopened.append(b"next\n")
-    result = reopened.read(reopened.committed_lsn, 100)
+    result = read_journal(tmp_path, reopened.committed_lsn, 100, reopened.live_from)
     assert result.lines == [*lines(3), b"next\n"]
     assert result.torn == 1
     reopened.close()
