@@ -74,6 +74,14 @@ class KvPool:
         """Free a request's KV; its prefix blocks stay cached for reuse until evicted."""
         tokens = self.active.pop(request_id, 0)
         self.active_tokens -= tokens
+        self.cache_prefix(blocks)
+
+    def cache_prefix(self, blocks: tuple[int, ...]) -> None:
+        """Make a request's prefix blocks reusable once its prefill has computed them
+        (vLLM and SGLang cache computed blocks while the request still runs; waiting for
+        its end sent every copy of a flooding prompt through a full prefill), and
+        refresh the ones already cached. While the request runs its blocks are counted
+        twice, in its reservation and in the cache: conservative, never over-admits."""
         for b in blocks:
             if b in self.cached:
                 self.cached.move_to_end(b)

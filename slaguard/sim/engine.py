@@ -273,6 +273,8 @@ class Simulation:
             ttft = ev.at_s - res.arrival_s[ev.index] + res.transfer_s[ev.index]
             res.ttft_s[ev.index] = ttft
             res.first_token_s[ev.index] = ev.at_s
+            if p.decision.target is not None:
+                self.replicas[p.decision.target.index].pool.cache_prefix(p.request.prefix_blocks)
             self.scheduler.feedback(p.decision, ttft, ev.at_s)
             for obs in self._all_observers():
                 obs.on_first_token(p.decision, ev.at_s, ttft)
