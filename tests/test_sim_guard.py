@@ -125,9 +125,9 @@ def test_jitter_trips_and_the_fleet_is_on_round_robin_within_one_period(
 def test_the_guard_feeds_the_routers_jitter_term(jitter_run: GuardedRun) -> None:
     rows = jitter_run.sim.scheduler.state.rows
     z = jitter_run.guard.guard.jitter_zscores()
-    # the trip changed the routing policy, so baselines restarted: at the end of the run only
-    # the six L40S targets (a peer group of one card and model) are scored, the rest read 0
-    assert sorted(z) == [f"l40s-8b-{i}" for i in range(6)]
+    # the trip changed the routing policy, so baselines restarted; by the end of the run the
+    # six L40S targets (a peer group of one card and model) are scored again at least
+    assert {f"l40s-8b-{i}" for i in range(6)} <= set(z)
     for t in jitter_run.sim.fleet:
         assert rows[t.index, JITTER_Z] == pytest.approx(z.get(t.id, 0.0)), "thin targets: 0"
     guard = jitter_run.guard

@@ -17,7 +17,11 @@ the rest of the fleet got faster has not shifted) and the difference of the log 
 is at least `tier_z_threshold` standard errors (SE of a median = 1.2533 x sigma /
 sqrt(n); sigma from the rest of the fleet's interquartile range, which has many more
 samples than one tier, floored at ln(1 + `mad_floor_rel`)): thin or heavy-tailed data
-needs a larger shift before it counts.
+needs a larger shift before it counts. The tier's own log median must also be
+`tier_z_threshold` standard errors from its baseline, on the tier's own spread
+(`z_own`): when the rest of the fleet gets faster (prefix-cache hits), a tier whose median
+sits a little over `tier_min_ratio` inside a wide spread of its own (an overloaded
+queue) is not slow; a 3x slowdown moves the median far more than its spread.
 
 Like load with like, when the samples carry prompt lengths: the statistic is TTFT per
 prompt token (`tier_statistic`), and a tier is excused while it is *loaded*: the prompt
@@ -146,6 +150,9 @@ class TierShift:
             sigma = max(sigma_from_iqr(iqr), log_floor(c.mad_floor_rel))
             se = _MEDIAN_SE * sigma * math.sqrt(1 / n_mine + 1 / n_rest)
             ratio, own, z = math.exp(m_tier - m_rest), math.exp(m_tier), (m_tier - m_rest) / se
+            own_iqr = self._log_quantile(mine, 0.75) - self._log_quantile(mine, 0.25)
+            own_sigma = max(sigma_from_iqr(own_iqr), log_floor(c.mad_floor_rel))
+            z_own = m_tier / (_MEDIAN_SE * own_sigma / math.sqrt(n_mine))
             load = self._load_ratio(tier, now_s)
             tiers[_key(tier)] = {
                 "card_type": tier[0],
@@ -156,6 +163,7 @@ class TierShift:
                 "tier_ratio_to_baseline": round(own, 4),
                 "rest_ratio_to_baseline": round(math.exp(m_rest), 4),
                 "z": round(z, 3),
+                "z_own": round(z_own, 3),
                 "samples": n_mine,
                 "rest_samples": n_rest,
                 "load_ratio_to_baseline": None if load is None else round(load, 4),
@@ -166,7 +174,8 @@ class TierShift:
                 self._loaded_until.pop(tier, None)  # served work back below usual: drained
             loaded = now_s < self._loaded_until.get(tier, -math.inf)
             tiers[_key(tier)]["loaded"] = loaded
-            if min(ratio, own) >= c.tier_min_ratio and z >= c.tier_z_threshold and not loaded:
+            shifted = min(ratio, own) >= c.tier_min_ratio and min(z, z_own) >= c.tier_z_threshold
+            if shifted and not loaded:
                 tripped.add(tier)
         self._tripped = tripped
         evidence: JsonDict = {
