@@ -5,6 +5,9 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+import msgspec
+import numpy as np
+import pytest
 from helpers import req
 from sqlalchemy import Engine, text
 
@@ -13,10 +16,13 @@ from slaguard.audit.from_scheduler import decision_head, record_from_head
 from slaguard.audit.lines import (
     FLEET_TAG,
     RAW_DECISION_TAG,
+    DecisionHeader,
     JournalEncoder,
     decode_lines,
+    fleet_header,
     json_encoder,
 )
+from slaguard.audit.lines_legacy import RawArray, RawExplanation
 from slaguard.audit.records import DecisionRecord
 from slaguard.audit.spill import SEGMENT_SUFFIX
 from slaguard.audit.writer import AuditWriter, WriterSettings
@@ -91,6 +97,58 @@ def test_raw_lines_render_to_exactly_what_to_dict_gives() -> None:
     assert (batch.unreadable, batch.headers) == (0, 1)
     stored = [row[12] for row in batch.decision_rows]
     assert stored == [json_encoder.encode(d.explanation.to_dict()).decode() for d in DECISIONS]
+
+
+def test_a_raw_line_carries_the_decision_itself() -> None:
+    """Read back field by field against the Decision (not against another encoding)."""
+    encoder = JournalEncoder()
+    for d in DECISIONS:
+        line, _ = encoder.encode_raw(head(d), d.explanation)
+        fields = msgspec.json.decode(line[1:].split(b"\x02")[0])
+        e = d.explanation
+        target = None if d.target is None else d.target.id
+        assert fields[0] == d.request_id and fields[9] == d.outcome.value
+        assert fields[10] == target and fields[7] == d.arm.value
+        assert fields[13] == "c" and fields[16:19] == [
+            e.arm.value,
+            e.weights_version,
+            len(e.candidates),
+        ]
+        blob = base64.b64decode(line.rstrip(b"\n").split(b"\x02")[1])
+        assert blob[: 8 * len(e.candidates)] == e.candidates.astype("int64").tobytes()
+
+
+def test_a_head_of_the_wrong_length_is_refused_before_it_is_acknowledged() -> None:
+    d = DECISIONS[0]
+    with pytest.raises(TypeError, match="14 fields, expected 15"):
+        JournalEncoder().encode_raw(head(d)[:-1], d.explanation)
+
+
+def test_lines_journalled_before_the_r_format_still_replay() -> None:
+    """An upgrade must not lose what an older version acknowledged: its `X` lines (the
+    header as a JSON object, six RawArray structs) render to the same stored JSON."""
+    fleet_key, fleet_line = fleet_header(DECISIONS[0].explanation.fleet)
+    lines = [fleet_line]
+    for d in DECISIONS:
+        e = d.explanation
+        raw = RawExplanation(
+            fleet_key, e.arm.value, _legacy(e.candidates), _legacy(e.reasons),
+            None if e.components is None else _legacy(e.components),
+            None if e.scores is None else _legacy(e.scores), e.v_peak_gb,
+            _legacy(e.v_used_gb), _legacy(e.limit_gb), e.weights, e.weights_version,
+            e.prefiltered_out, None if e.chosen is None else int(e.chosen), list(e.notes),
+            e.spill, e.degraded_from,
+        )  # fmt: skip
+        header = json_encoder.encode(DecisionHeader(*head(d)))
+        lines.append(b"X" + header + b"\x02" + json_encoder.encode(raw) + b"\n")
+    batch = decode_lines(lines, fleets={})
+    assert batch.unreadable == 0
+    stored = [row[12] for row in batch.decision_rows]
+    assert stored == [json_encoder.encode(d.explanation.to_dict()).decode() for d in DECISIONS]
+
+
+def _legacy(a: np.ndarray) -> RawArray:
+    return RawArray(a.dtype.str, a.shape, a.tobytes())
 
 
 def test_the_routing_path_journals_the_same_line_without_a_record() -> None:

@@ -1,18 +1,19 @@
 """The journal line format: how an acknowledged record is written and read back.
 
-    X<decision JSON array>\\x02<base64 arrays>\\n  a decision with the scheduler's Explanation
+    R<decision JSON array>\\x02<base64 arrays>\\n  a decision with the scheduler's Explanation
     D<header JSON>\\x02<explanation JSON>\\n       a decision with a mapping explanation
     O<outcome JSON>\\n                             an outcome
     F<fleet JSON>\\n                               a fleet (a segment header, not a record)
+    X<header JSON>\\x02<raw JSON>\\n             `R`'s predecessor, read only (`lines_legacy`)
 
-`X` keeps the routing path cheap: a routed decision is journalled straight from the
+`R` keeps the routing path cheap: a routed decision is journalled straight from the
 scheduler's `Decision` (no `DecisionRecord` built) as one JSON array (`RawDecision`: the
 row's fields and the explanation's scalars) and the router's arrays as one base64 blob of
-their bytes, laid out by `RAW_LAYOUT`. The writer process renders it to the stored JSON
+their bytes (layout in `RawDecision`). The writer process renders it to the stored JSON
 with `scheduler.explain.render_explanation`, using the `F` line (target ids, card ids,
-static GB) its fleet key names; every segment holding an `X` line holds that fleet's `F`
-line before it, so any segment decodes alone. A `D` explanation is JSON text already
-(JSON never holds a raw control byte such as \\x02): passed through as is.
+static GB) its fleet key names; every segment holding an `R` or `X` line holds that
+fleet's `F` line before it, so any segment decodes alone. A `D` explanation is JSON text
+already (JSON never holds a raw control byte such as \\x02): passed through as is.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ import hashlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
 
+from slaguard.audit.lines_legacy import LEGACY_RAW_DECISION_TAG, legacy_arrays
 from slaguard.audit.models import utc_from_unix
 from slaguard.audit.records import AuditRecord, DecisionRecord
 from slaguard.fleet.fleet import Fleet
@@ -35,7 +37,7 @@ from slaguard.scheduler.explain import Explanation, ExplanationArrays, render_ex
 log = logging.getLogger(__name__)
 
 DECISION_TAG = b"D"
-RAW_DECISION_TAG = b"X"
+RAW_DECISION_TAG = b"R"
 OUTCOME_TAG = b"O"
 FLEET_TAG = b"F"
 EXPLANATION_SEPARATOR = b"\x02"
@@ -94,18 +96,20 @@ class FleetLine(msgspec.Struct, array_like=True):
 
 
 class RawDecision(DecisionHeader, array_like=True):
-    """An `X` line's JSON array: the decision row's fields (`DecisionHeader`'s, in its
-    order), then the explanation's scalars and the lengths its arrays need to be cut apart."""
+    """An `R` line's JSON array: the decision row's fields (`DecisionHeader`'s, in its
+    order), then the explanation's scalars and the counts its arrays are cut by.
+
+    The blob after it holds, in native byte order and C order, without padding: candidates
+    int64[n], reasons int8[n], components float64[n, n_components] unless n_components is
+    -1, scores float64[n] if has_scores, v_used_gb float64[n], limit_gb float64[n]
+    (n = n_candidates)."""
 
     fleet: str
     policy: str
     explanation_weights_version: str
-    n_candidates: int
-    n_components: int
-    """Columns of `components` per candidate; -1 when the explanation has none."""
+    n_candidates: Annotated[int, msgspec.Meta(ge=0)]
+    n_components: Annotated[int, msgspec.Meta(ge=-1)]
     has_scores: bool
-    n_groups: int
-    """Length of `v_used_gb` and `limit_gb`."""
     v_peak_gb: float
     weights: tuple[float, ...]
     prefiltered_out: int
@@ -116,20 +120,19 @@ class RawDecision(DecisionHeader, array_like=True):
 
 
 I64, I8, F64 = np.dtype(np.int64), np.dtype(np.int8), np.dtype(np.float64)
-RAW_LAYOUT = (
-    "candidates int64[n_candidates], reasons int8[n_candidates], "
-    "components float64[n_candidates, n_components] if n_components >= 0, "
-    "scores float64[n_candidates] if has_scores, v_used_gb float64[n_groups], "
-    "limit_gb float64[n_groups]; native byte order, C order, no padding"
-)
 
 
 def _bytes(a: np.ndarray, dtype: np.dtype[Any]) -> bytes:
     return (a if a.dtype is dtype else a.astype(dtype)).tobytes()
 
 
+HEAD_FIELDS = len(DecisionHeader.__struct_fields__)
+
+
 def raw_decision_line(head: tuple[Any, ...], e: Explanation, fleet_key: str) -> bytes:
-    """An `X` line: `head` is the row's 15 fields in `DecisionHeader` order."""
+    """An `R` line: `head` is the row's fields in `DecisionHeader` order."""
+    if len(head) != HEAD_FIELDS:
+        raise TypeError(f"decision head has {len(head)} fields, expected {HEAD_FIELDS}")
     comps, scores = e.components, e.scores
     blob = b"".join((
         _bytes(e.candidates, I64), _bytes(e.reasons, I8),
@@ -140,9 +143,9 @@ def raw_decision_line(head: tuple[Any, ...], e: Explanation, fleet_key: str) -> 
     chosen = e.chosen
     tail = (
         fleet_key, e.arm.value, e.weights_version, len(e.candidates),
-        -1 if comps is None else comps.shape[1], scores is not None, len(e.v_used_gb),
-        e.v_peak_gb, e.weights, e.prefiltered_out,
-        None if chosen is None else int(chosen), e.notes, e.spill, e.degraded_from,
+        -1 if comps is None else comps.shape[1], scores is not None, e.v_peak_gb,
+        e.weights, e.prefiltered_out, None if chosen is None else int(chosen), e.notes,
+        e.spill, e.degraded_from,
     )  # fmt: skip
     return b"".join((
         RAW_DECISION_TAG, json_encoder.encode(head + tail), EXPLANATION_SEPARATOR,
@@ -233,11 +236,8 @@ def _cut(blob: bytes, start: int, count: int, dtype: np.dtype[Any]) -> tuple[np.
     return np.frombuffer(blob, dtype, count, start), end
 
 
-def render_raw(r: RawDecision, blob: bytes, fleets: Mapping[str, FleetLabels]) -> bytes:
-    """A raw explanation -> the JSON `Explanation.to_dict()` gives (same renderer)."""
-    fleet = fleets.get(r.fleet)
-    if fleet is None:
-        raise ValueError(f"raw explanation names fleet {r.fleet!r}, not journalled before it")
+def raw_arrays(r: RawDecision, blob: bytes) -> ExplanationArrays:
+    """An `R` line's arrays cut from its blob (a length that disagrees is an error)."""
     n, k = r.n_candidates, r.n_components
     candidates, at = _cut(blob, 0, n, I64)
     reasons, at = _cut(blob, at, n, I8)
@@ -248,20 +248,27 @@ def render_raw(r: RawDecision, blob: bytes, fleets: Mapping[str, FleetLabels]) -
     scores = None
     if r.has_scores:
         scores, at = _cut(blob, at, n, F64)
-    v_used, at = _cut(blob, at, r.n_groups, F64)
-    limit, at = _cut(blob, at, r.n_groups, F64)
+    v_used, at = _cut(blob, at, n, F64)
+    limit, at = _cut(blob, at, n, F64)
     if at != len(blob):
         raise ValueError(f"raw explanation arrays hold {len(blob)} bytes, layout says {at}")
-    arrays = ExplanationArrays(
+    return ExplanationArrays(
         candidates=candidates, reasons=reasons, components=components, scores=scores,
         v_peak_gb=r.v_peak_gb, v_used_gb=v_used, limit_gb=limit, weights=r.weights,
         weights_version=r.explanation_weights_version, prefiltered_out=r.prefiltered_out,
         chosen=r.chosen, notes=r.notes, spill=r.spill, degraded_from=r.degraded_from,
     )  # fmt: skip
-    rendered = render_explanation(
-        arrays, r.policy, fleet.target_ids, fleet.card_ids, fleet.static_gb
-    )
-    return json_encoder.encode(rendered)
+
+
+def _render(
+    fleet_key: str, policy: str, arrays: ExplanationArrays, fleets: Mapping[str, FleetLabels]
+) -> str:
+    """The JSON `Explanation.to_dict()` gives (same renderer), from journalled arrays."""
+    fleet = fleets.get(fleet_key)
+    if fleet is None:
+        raise ValueError(f"raw explanation names fleet {fleet_key!r}, not journalled before it")
+    rendered = render_explanation(arrays, policy, fleet.target_ids, fleet.card_ids, fleet.static_gb)
+    return json_encoder.encode(rendered).decode()
 
 
 @dataclass(slots=True)
@@ -293,7 +300,15 @@ def _raw_decision_row(body: bytes, fleets: Mapping[str, FleetLabels]) -> tuple[A
         arrays = binascii.a2b_base64(blob, strict_mode=True)
     except binascii.Error as exc:
         raise ValueError(f"raw explanation arrays: {exc}") from None
-    return _row(r, render_raw(r, arrays, fleets).decode())
+    return _row(r, _render(r.fleet, r.policy, raw_arrays(r, arrays), fleets))
+
+
+def _legacy_decision_row(body: bytes, fleets: Mapping[str, FleetLabels]) -> tuple[Any, ...]:
+    head, sep, raw = body.rstrip(b"\n").partition(EXPLANATION_SEPARATOR)
+    if not sep:
+        raise ValueError("decision line without an explanation")
+    fleet_key, policy, arrays = legacy_arrays(raw)
+    return _row(_decode_header(head), _render(fleet_key, policy, arrays, fleets))
 
 
 def _row(d: DecisionHeader | RawDecision, explanation: str) -> tuple[Any, ...]:
@@ -338,6 +353,8 @@ def decode_lines(
                 batch.decision_rows.append(_decision_row(body, check_explanations))
             elif tag == RAW_DECISION_TAG:
                 batch.decision_rows.append(_raw_decision_row(body, known))
+            elif tag == LEGACY_RAW_DECISION_TAG:
+                batch.decision_rows.append(_legacy_decision_row(body, known))
             elif tag == OUTCOME_TAG:
                 batch.outcome_rows.append(_outcome_row(body))
             elif tag == FLEET_TAG:

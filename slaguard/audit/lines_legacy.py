@@ -1,0 +1,69 @@
+"""Journal `X` lines as written before 2026-11-29, read for replay only.
+
+A spill journal can outlive an upgrade (the database was down, the drain timed out, the
+process was killed): its acknowledged records must still reach the database. Those lines
+carried the explanation's arrays as six `RawArray` structs (dtype, shape, base64 bytes)
+after the decision header as a JSON object; `lines.RAW_DECISION_TAG` lines replaced them.
+Nothing writes this format any more.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from slaguard.scheduler.explain import ExplanationArrays
+
+LEGACY_RAW_DECISION_TAG = b"X"
+
+
+class RawArray(msgspec.Struct, array_like=True):
+    dtype: str
+    shape: tuple[int, ...]
+    data: bytes
+
+
+class RawExplanation(msgspec.Struct, array_like=True):
+    fleet: str
+    policy: str
+    candidates: RawArray
+    reasons: RawArray
+    components: RawArray | None
+    scores: RawArray | None
+    v_peak_gb: float
+    v_used_gb: RawArray
+    limit_gb: RawArray
+    weights: tuple[float, ...]
+    weights_version: str
+    prefiltered_out: int
+    chosen: int | None
+    notes: list[str]
+    spill: dict[str, Any] | None
+    degraded_from: str | None
+
+
+_decode = msgspec.json.Decoder(RawExplanation).decode
+
+
+def _array(r: RawArray) -> np.ndarray:
+    return np.frombuffer(r.data, np.dtype(r.dtype)).reshape(r.shape)
+
+
+def _array_opt(r: RawArray | None) -> np.ndarray | None:
+    return None if r is None else _array(r)
+
+
+def legacy_arrays(raw: bytes) -> tuple[str, str, ExplanationArrays]:
+    """(fleet key, policy, arrays) of a legacy raw explanation."""
+    r = _decode(raw)
+    arrays = ExplanationArrays(
+        candidates=_array(r.candidates), reasons=_array(r.reasons),
+        components=_array_opt(r.components), scores=_array_opt(r.scores),
+        v_peak_gb=r.v_peak_gb, v_used_gb=_array(r.v_used_gb), limit_gb=_array(r.limit_gb),
+        weights=r.weights, weights_version=r.weights_version,
+        prefiltered_out=r.prefiltered_out, chosen=r.chosen, notes=r.notes, spill=r.spill,
+        degraded_from=r.degraded_from,
+    )  # fmt: skip
+    return r.fleet, r.policy, arrays
