@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from slaguard.fleet import Priority, load_fleet
-from slaguard.scheduler.config import SpillConfig
+from slaguard.scheduler.batching import Batcher
+from slaguard.scheduler.config import BatchingConfig, SpillConfig
 from slaguard.scheduler.kv import (
     BLOCK_TOKENS,
     KvPool,
@@ -14,6 +15,8 @@ from slaguard.scheduler.kv import (
     kv_transfer_s,
     spill_share,
 )
+from slaguard.sim.latency import LatencyModel
+from slaguard.sim.replica import Replica
 
 CFG = SpillConfig()
 
@@ -93,3 +96,17 @@ def test_prefix_directory_is_bounded_lru() -> None:
     d.record("c", 4)
     assert d.home("a") == 3 and d.home("b") is None and d.home("c") == 4
     assert d.home(None) is None
+
+
+def test_prefix_blocks_are_cached_from_the_first_token_and_lost_with_a_failed_target() -> None:
+    target = load_fleet().target("l40s-8b-0")
+    latency = LatencyModel.load().for_target(target)
+    replica = Replica(latency, KvPool(target), Batcher(BatchingConfig()))
+    pool = replica.pool
+    assert pool.admit("a", 4000, blocks=(1, 2, 3))
+    pool.cache_prefix((1, 2, 3))  # prefill done, the request still decodes
+    assert pool.reusable_tokens((1, 2, 3)) == 3 * BLOCK_TOKENS
+    assert pool.active_tokens == 4000
+    replica.drop_all()
+    assert pool.active_tokens == 0 and pool.cached_tokens == 0
+    assert pool.reusable_tokens((1, 2, 3)) == 0

@@ -81,7 +81,9 @@ class KvPool:
         (vLLM and SGLang cache computed blocks while the request still runs; waiting for
         its end sent every copy of a flooding prompt through a full prefill), and
         refresh the ones already cached. While the request runs its blocks are counted
-        twice, in its reservation and in the cache: conservative, never over-admits."""
+        twice, in its reservation and in the cache: admission (on active tokens) is
+        unchanged, but other prefixes are evicted a little earlier than in an engine that
+        shares the blocks, so hit rates err low."""
         for b in blocks:
             if b in self.cached:
                 self.cached.move_to_end(b)
@@ -90,6 +92,12 @@ class KvPool:
                 break
             self.cached[b] = BLOCK_TOKENS
             self.cached_tokens += BLOCK_TOKENS
+
+
+    def clear_cache(self) -> None:
+        """Forget every cached prefix block (the target failed)."""
+        self.cached.clear()
+        self.cached_tokens = 0
 
 
 class PrefixDirectory:

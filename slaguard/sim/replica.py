@@ -156,7 +156,8 @@ class Replica:
             self.context_tokens -= x.start_context + (self.step - x.start_step)
 
     def drop_all(self) -> list[Request]:
-        """A failure: everything admitted or queued here is lost; returns those requests."""
+        """A failure: everything admitted or queued here is lost, its prefix cache with it
+        (a restarted engine starts cold); returns those requests."""
         lost = self.batcher.clear()
         self.prefill = []
         self.decoding.clear()
@@ -164,4 +165,5 @@ class Replica:
         self.context_tokens = 0
         for rid in list(self.pool.active):
             self.pool.release(rid)
+        self.pool.clear_cache()
         return lost
