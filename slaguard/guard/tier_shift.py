@@ -202,7 +202,8 @@ class TierShift:
             f"card tier {card} ({tier['model']}): median TTFT over the last {c.tier_window_s:g}s "
             f"is {tier['ratio_vs_rest']:.2f}x the rest of the {tier['compared_with']}'s and "
             f"{tier['tier_ratio_to_baseline']:.2f}x its own, each relative to its target's "
-            f"baseline (>= {c.tier_min_ratio}), Z {tier['z']:.1f} >= {c.tier_z_threshold}"
+            f"baseline (>= {c.tier_min_ratio}), Z {tier['z']:.1f} against the rest and "
+            f"{tier['z_own']:.1f} against its own (>= {c.tier_z_threshold})"
         )
         detail = tier | {k: v for k, v in evidence.items() if k != "tiers"}
         return Verdict(
