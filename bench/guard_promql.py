@@ -85,10 +85,10 @@ def zscore_above(x: np.ndarray, pool: np.ndarray, threshold: float) -> np.ndarra
     sd = np.sqrt(var)
     spread = sd > 1e-9 * np.abs(mean)
     z = (x - mean) / np.where(spread, sd, 1.0)
-    return np.isfinite(x) & spread & (z > threshold)
+    return np.asarray(np.isfinite(x) & spread & (z > threshold), dtype=bool)
 
 
-def alert_firings(recorded: Recorded, true: np.ndarray, for_s: float = 60.0) -> list[Firing]:
+def alert_firings(recorded: Recorded, condition: np.ndarray, for_s: float = 60.0) -> list[Firing]:
     """Prometheus `for`: an alert is pending from its first true evaluation, fires once it
     has been true at every evaluation for `for_s`, and a false (or absent) evaluation
     resets it. One firing per pending episode, sorted by time then label."""
@@ -96,7 +96,7 @@ def alert_firings(recorded: Recorded, true: np.ndarray, for_s: float = 60.0) -> 
     for j, label in enumerate(recorded.labels):
         since: float | None = None
         fired = False
-        for t, now in zip(recorded.times, true[:, j], strict=True):
+        for t, now in zip(recorded.times, condition[:, j], strict=True):
             if not now:
                 since, fired = None, False
                 continue
@@ -123,12 +123,12 @@ def cross_zscore_firings(
     (model)` with `on (model) group_left`); None is the whole fleet."""
     rec = record(results, series, stat, eval_s, window_s)
     group = [groups[label] if groups else "" for label in rec.labels]
-    true = np.zeros(rec.values.shape, dtype=bool)
+    condition = np.zeros(rec.values.shape, dtype=bool)
     for g in set(group):
         cols = [j for j, h in enumerate(group) if h == g]
         x = rec.values[:, cols]
-        true[:, cols] = zscore_above(x.T, x.T, threshold).T
-    return alert_firings(rec, true, for_s)
+        condition[:, cols] = zscore_above(x.T, x.T, threshold).T
+    return alert_firings(rec, condition, for_s)
 
 
 def history_zscore_firings(
@@ -147,8 +147,8 @@ def history_zscore_firings(
     far, as in a Prometheus started with the fleet: with n values, one of them scores at
     most sqrt(n - 1) (Samuelson), so no evaluation is true before the 11th (165 s)."""
     rec = record(results, series, stat, eval_s, window_s)
-    true = np.zeros(rec.values.shape, dtype=bool)
+    condition = np.zeros(rec.values.shape, dtype=bool)
     for k, t in enumerate(rec.times):
         lo = int(np.searchsorted(rec.times, t - history_s, side="right"))
-        true[k] = zscore_above(rec.values[k], rec.values[lo : k + 1], threshold)
-    return alert_firings(rec, true, for_s)
+        condition[k] = zscore_above(rec.values[k], rec.values[lo : k + 1], threshold)
+    return alert_firings(rec, condition, for_s)

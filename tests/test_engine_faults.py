@@ -123,9 +123,11 @@ def test_fail_moves_traffic_and_fails_what_was_in_flight(
     assert (_arrived(run, END + 1, np.inf) & failed_target).sum() > 0
 
 
-def test_hot_prompt_raises_the_top_prefix_share_and_its_targets_load(
+def test_hot_prompt_raises_the_top_prefix_share_and_its_home_targets_work(
     trace: Trace, fleet: Fleet, base_learned: SimRun
 ) -> None:
+    """The home gets >= 1.5x the prompt tokens; its TTFT need not rise, since copies reuse
+    the cached prompt from the first one's first token."""
     faults = (
         "faults:\n - {kind: hot_prompt, start_s: 20, end_s: 60, share: 0.3, prompt_tokens: 6000}"
     )
