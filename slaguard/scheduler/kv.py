@@ -93,7 +93,6 @@ class KvPool:
             self.cached[b] = BLOCK_TOKENS
             self.cached_tokens += BLOCK_TOKENS
 
-
     def clear_cache(self) -> None:
         """Forget every cached prefix block (the target failed)."""
         self.cached.clear()
