@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 from pathlib import Path
 
 import msgspec
@@ -19,8 +20,10 @@ from slaguard.audit.lines import (
     DecisionHeader,
     JournalEncoder,
     decode_lines,
+    escape_blob,
     fleet_header,
     json_encoder,
+    unescape_blob,
 )
 from slaguard.audit.lines_legacy import RawArray, RawExplanation
 from slaguard.audit.records import DecisionRecord
@@ -114,8 +117,50 @@ def test_a_raw_line_carries_the_decision_itself() -> None:
             e.weights_version,
             len(e.candidates),
         ]
-        blob = base64.b64decode(line.rstrip(b"\n").split(b"\x02")[1])
-        assert blob[: 8 * len(e.candidates)] == e.candidates.astype("int64").tobytes()
+        assert line.count(b"\n") == 1 and line.endswith(b"\n")
+        blob = unescape_blob(line.rstrip(b"\n").partition(b"\x02")[2])
+        assert blob == _arrays(d)
+
+
+def _arrays(d: Decision) -> bytes:
+    """The layout `RawDecision` documents, built independently of the encoder."""
+    e = d.explanation
+    parts = [e.candidates.astype("int64"), e.reasons.astype("int8")]
+    parts += [a.astype("float64") for a in (e.components, e.scores) if a is not None]
+    parts += [e.v_used_gb.astype("float64"), e.limit_gb.astype("float64")]
+    return b"".join(a.tobytes() for a in parts)
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [b"", b"\n", b"\x1b", b"\x1b\n\x1b1\x1b2\n\n", bytes(range(256)) * 3, b"a\x1b\x1b2b"],
+)
+def test_escaping_holds_no_newline_and_round_trips(blob: bytes) -> None:
+    escaped = escape_blob(blob)
+    assert b"\n" not in escaped
+    assert unescape_blob(escaped) == blob
+
+
+def test_a_damaged_escape_is_refused() -> None:
+    for bad in (b"ab\x1b", b"\x1bx", b"\x1b\x1b1"):
+        with pytest.raises(ValueError, match="escape"):
+            unescape_blob(bad)
+
+
+def test_strided_and_foreign_arrays_journal_their_values() -> None:
+    """A view or another dtype is copied into the layout, not read as raw memory."""
+    d = DECISIONS[0]
+    e = d.explanation
+    assert e.components is not None
+    strided = np.empty((e.components.shape[0], e.components.shape[1] * 2))
+    strided[:, ::2] = e.components
+    e2 = copy.copy(e)
+    e2.components = strided[:, ::2]
+    e2.candidates = e.candidates.astype(np.int32)
+    e2.v_used_gb = np.asfortranarray(e.v_used_gb)
+    assert not e2.components.flags.c_contiguous
+    line, _ = JournalEncoder().encode_raw(head(d), e2)
+    assert unescape_blob(line.rstrip(b"\n").partition(b"\x02")[2]) == _arrays(d)
 
 
 def test_a_head_of_the_wrong_length_is_refused_before_it_is_acknowledged() -> None:
@@ -151,6 +196,24 @@ def _legacy(a: np.ndarray) -> RawArray:
     return RawArray(a.dtype.str, a.shape, a.tobytes())
 
 
+def test_lines_journalled_with_base64_arrays_still_replay() -> None:
+    """`R` lines (the `B` JSON array, the arrays base64-encoded) render the same."""
+    encoder = JournalEncoder()
+    lines: list[bytes] = []
+    for d in DECISIONS:
+        line, header = encoder.encode_raw(head(d), d.explanation)
+        if not lines:
+            lines.append(header[1])
+        fields = line[1:].partition(b"\x02")[0]
+        lines.append(b"R" + fields + b"\x02" + base64.b64encode(_arrays(d)) + b"\n")
+    batch = decode_lines(lines, fleets={})
+    assert batch.unreadable == 0
+    stored = [row[12] for row in batch.decision_rows]
+    assert stored == [json_encoder.encode(d.explanation.to_dict()).decode() for d in DECISIONS]
+    bad = lines[1].replace(b"\x02", b"\x02!", 1)
+    assert decode_lines([lines[0], bad], fleets={}).unreadable == 1
+
+
 def test_the_routing_path_journals_the_same_line_without_a_record() -> None:
     """`enqueue_decision`'s encoding (no DecisionRecord built) equals the record's."""
     via_record, via_head = JournalEncoder(), JournalEncoder()
@@ -161,12 +224,12 @@ def test_the_routing_path_journals_the_same_line_without_a_record() -> None:
 def test_a_raw_line_with_cut_or_padded_arrays_is_unreadable() -> None:
     header, line = JournalEncoder().encode(record(DECISIONS[0]))[::-1]
     assert header is not None
-    body, blob = line.rstrip(b"\n").split(b"\x02")
-    raw = base64.b64decode(blob)
+    body, _, blob = line.rstrip(b"\n").partition(b"\x02")
+    raw = unescape_blob(blob)
     for bad in (raw[:-8], raw + bytes(8)):
-        bad_line = body + b"\x02" + base64.b64encode(bad) + b"\n"
+        bad_line = body + b"\x02" + escape_blob(bad) + b"\n"
         assert decode_lines([header[1], bad_line], fleets={}).unreadable == 1
-    assert decode_lines([header[1], body + b"\x02not base64!\n"], fleets={}).unreadable == 1
+    assert decode_lines([header[1], body + b"\x02" + blob + b"\x1b\n"], fleets={}).unreadable == 1
     assert decode_lines([header[1], line], fleets={}).unreadable == 0
 
 

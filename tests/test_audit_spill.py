@@ -87,3 +87,24 @@ def test_a_second_writer_on_the_same_directory_is_refused(tmp_path: Path) -> Non
         SpillJournal(tmp_path)
     journal.close()
     SpillJournal(tmp_path).close()
+
+
+def test_a_failed_write_leaves_the_header_to_the_next_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refused write is truncated away with its header line: the next record that
+    needs the header writes it again, so the segment still decodes alone."""
+    journal = SpillJournal(tmp_path, segment_bytes=10, header_tag=b"F")
+    header = ("k", b"F k\n")
+    journal.append(b"D first\n", header)  # fills the first segment: the next opens one
+
+    def disk_full(fd: int, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr("slaguard.audit.spill.os.write", disk_full)
+        with pytest.raises(OSError):
+            journal.append(b"D lost\n", header)
+    journal.append(b"D second\n", header)
+    assert segments(tmp_path)[-1].read_bytes() == b"F k\nD second\n"
+    journal.close()

@@ -25,10 +25,11 @@ def decision_head(
     req = decision.request
     check_id("request_id", req.request_id)
     target = served_by if served_by is not None else decision.target
+    # `_value_` is the member's value (what `.value` returns through a slower property).
     return (
-        req.request_id, decided_at_s, req.model_id, req.priority.value, req.prompt_tokens,
-        req.max_new_tokens, req.deadline_s, decision.arm.value, fleet_mode,
-        decision.outcome.value, None if target is None else target.id,
+        req.request_id, decided_at_s, req.model_id, req.priority._value_, req.prompt_tokens,
+        req.max_new_tokens, req.deadline_s, decision.arm._value_, fleet_mode,
+        decision.outcome._value_, None if target is None else target.id,
         None if target is None else target.card.id, decision.explanation.weights_version,
         config_hash, latency_s,
     )  # fmt: skip

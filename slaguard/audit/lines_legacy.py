@@ -1,14 +1,17 @@
-"""Journal `X` lines as written before 2026-11-29, read for replay only.
+"""Journal lines of earlier formats, read for replay only (nothing writes them any more).
 
 A spill journal can outlive an upgrade (the database was down, the drain timed out, the
-process was killed): its acknowledged records must still reach the database. Those lines
-carried the explanation's arrays as six `RawArray` structs (dtype, shape, base64 bytes)
-after the decision header as a JSON object; `lines.RAW_DECISION_TAG` lines replaced them.
-Nothing writes this format any more.
+process was killed): its acknowledged records must still reach the database.
+
+- `X` (before 2026-11-29): the explanation's arrays as six `RawArray` structs (dtype,
+  shape, base64 bytes) after the decision header as a JSON object.
+- `R` (2026-11-29): `lines.RAW_DECISION_TAG`'s JSON array and array layout, the arrays'
+  bytes base64-encoded instead of escaped (`base64_blob` reads them).
 """
 
 from __future__ import annotations
 
+import binascii
 from typing import Any
 
 import msgspec
@@ -17,6 +20,15 @@ import numpy as np
 from slaguard.scheduler.explain import ExplanationArrays
 
 LEGACY_RAW_DECISION_TAG = b"X"
+BASE64_RAW_DECISION_TAG = b"R"
+
+
+def base64_blob(blob: bytes) -> bytes:
+    """An `R` line's array bytes (ValueError if not base64)."""
+    try:
+        return binascii.a2b_base64(blob, strict_mode=True)
+    except binascii.Error as exc:
+        raise ValueError(f"raw explanation arrays: {exc}") from None
 
 
 class RawArray(msgspec.Struct, array_like=True):

@@ -9,9 +9,10 @@ every record in it. On start, whatever segments remain are replayed in LSN order
 inserts are idempotent, so a record committed just before a crash is not duplicated.
 
 One process owns a journal directory (an exclusive `flock`): it appends (one thread at a
-time, under `lock`), syncs and commits. Another process may read it with `read_journal`
-(the audit writer process): every segment that starts at or after `live_from` may still be
-growing, so an incomplete last line there means "not written yet", not "torn".
+time, under `lock`; fsyncs and segment deletions run outside it, so an append never waits
+on them), syncs and commits. Another process may read it with `read_journal` (the audit
+writer process): every segment that starts at or after `live_from` may still be growing,
+so an incomplete last line there means "not written yet", not "torn".
 
 A *header line* (`append(..., header=...)`) is written at most once per segment, before
 the first line that needs it, so every segment decodes on its own; header lines start
@@ -85,6 +86,8 @@ class SpillJournal:
         self.recovered_records = sum(_count_records(s.path, header_tag) for s in self._segments)
         self._headers: set[str] = set()
         self._active_fd: int | None = None
+        self._active: _Segment | None = None
+        """The segment `_active_fd` appends to."""
         self._rotated_fds: list[int] = []
         self._dirty = False
         self._dir_dirty = False
@@ -112,36 +115,44 @@ class SpillJournal:
         `header` is (key, header line): written first, in the same `write()`, unless the
         current segment already holds that key's header."""
         with self.lock:
-            if self._closed:
-                raise RuntimeError("spill journal is closed")
-            if self._active_fd is None or self._segments[-1].size >= self.segment_bytes:
-                self._open_segment()
-            assert self._active_fd is not None
-            segment = self._segments[-1]
-            if header is not None and header[0] not in self._headers:
-                self._headers.add(header[0])
-                line = header[1] + line
-            try:
-                written = 0
-                while written < len(line):
-                    written += os.write(self._active_fd, line[written:])
-            except OSError:
-                os.ftruncate(self._active_fd, segment.size)
-                raise
-            segment.size += len(line)
-            self.end_lsn += len(line)
-            self._dirty = True
-            return self.end_lsn
+            return self.append_held(line, header)
 
-    def _open_segment(self) -> None:
+    def append_held(self, line: bytes, header: tuple[str, bytes] | None = None) -> int:
+        """`append` for a caller that holds `lock` (the writer checks its limit under it):
+        the routing path's one lock."""
+        segment, fd = self._active, self._active_fd
+        if segment is None or fd is None or segment.size >= self.segment_bytes:
+            segment, fd = self._open_segment()
+        new_header = None
+        if header is not None and header[0] not in self._headers:
+            new_header, line = header[0], header[1] + line
+        try:
+            written = os.write(fd, line)
+            while written < len(line):
+                written += os.write(fd, line[written:])
+        except OSError:
+            os.ftruncate(fd, segment.size)
+            raise
+        if new_header is not None:
+            self._headers.add(new_header)
+        segment.size += len(line)
+        self.end_lsn += len(line)
+        self._dirty = True
+        return self.end_lsn
+
+    def _open_segment(self) -> tuple[_Segment, int]:
+        if self._closed:
+            raise RuntimeError("spill journal is closed")
         if self._active_fd is not None:
             self._rotated_fds.append(self._active_fd)
         path = self.directory / f"{self.end_lsn:020d}{SEGMENT_SUFFIX}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
-        self._active_fd = os.open(path, flags, 0o644)
-        self._segments.append(_Segment(self.end_lsn, path, 0))
+        fd = self._active_fd = os.open(path, flags, 0o644)
+        segment = self._active = _Segment(self.end_lsn, path, 0)
+        self._segments.append(segment)
         self._headers.clear()
         self._dir_dirty = True
+        return segment, fd
 
     def sync(self) -> None:
         """fsync what was appended since the last call (off the hot path)."""
@@ -163,17 +174,18 @@ class SpillJournal:
             os.close(fd)
 
     def commit(self, lsn: int) -> None:
-        """The database holds everything before `lsn`: forget (delete) covered segments."""
+        """The database holds everything before `lsn`: forget (delete) covered segments
+        (the unlinks outside `lock`, so no append waits on them)."""
         with self.lock:
             self.committed_lsn = max(self.committed_lsn, lsn)
             keep: list[_Segment] = []
-            for i, segment in enumerate(self._segments):
-                is_active = self._active_fd is not None and i == len(self._segments) - 1
-                if segment.end_lsn <= self.committed_lsn and not is_active:
-                    segment.path.unlink(missing_ok=True)
-                else:
-                    keep.append(segment)
+            done: list[_Segment] = []
+            for segment in self._segments:
+                covered = segment.end_lsn <= self.committed_lsn
+                (done if covered and segment is not self._active else keep).append(segment)
             self._segments = keep
+        for segment in done:
+            segment.path.unlink(missing_ok=True)
 
     def close(self) -> None:
         """fsync and close; delete every segment when the database has all of them."""
@@ -184,7 +196,7 @@ class SpillJournal:
             self._closed = True
             if self._active_fd is not None:
                 os.close(self._active_fd)
-                self._active_fd = None
+                self._active_fd = self._active = None
             if self.committed_lsn >= self.end_lsn:
                 for segment in self._segments:
                     segment.path.unlink(missing_ok=True)

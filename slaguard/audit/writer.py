@@ -143,17 +143,18 @@ class AuditWriter:
         self._append(*self._encoder.encode_raw(head, explanation))
 
     def _append(self, line: bytes, header: tuple[str, bytes] | None) -> None:
-        limit = self.settings.max_spill_bytes
+        """The limit check and the write under the journal's lock, taken once."""
+        limit, journal = self.settings.max_spill_bytes, self._journal
         with self._lock:
             if self._closed:
                 raise RuntimeError("audit writer is closed")
-            if limit is not None and self._journal.pending_bytes + len(line) > limit:
+            if limit is not None and journal.end_lsn - journal.committed_lsn + len(line) > limit:
                 self._refused += 1
                 raise SpillFullError(
-                    f"audit spill journal holds {self._journal.pending_bytes} bytes "
+                    f"audit spill journal holds {journal.pending_bytes} bytes "
                     f"(limit {limit}); database {shown_url(self.engine.url)} unreachable?"
                 )
-            self._journal.append(line, header)
+            journal.append_held(line, header)
             self._backlog += 1
 
     def stats(self) -> WriterStats:
