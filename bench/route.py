@@ -89,9 +89,11 @@ def timed_ns(
     reqs: list[Request],
     record: Callable[[Scheduler, Decision], None] | None = None,
     record_timed: bool = True,
+    record_ns: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per-decision cost in ns. With `record` each decision is also recorded (the audit
-    enqueue): inside the timed span, or just after it when `record_timed` is False."""
+    enqueue): inside the timed span, or just after it when `record_timed` is False.
+    `record_ns`, if given, receives the timed span's recording part alone."""
     samples = np.empty(len(reqs))
     clock = time.perf_counter_ns
     gc.disable()
@@ -100,7 +102,10 @@ def timed_ns(
             t0 = clock()
             d = sched.decide(r, 0.0, mode)
             if record is not None and record_timed:
+                t1 = clock()
                 record(sched, d)
+                if record_ns is not None:
+                    record_ns[i] = clock() - t1
             samples[i] = clock() - t0
             if record is not None and not record_timed:
                 record(sched, d)
@@ -128,11 +133,13 @@ def measure_with_writer(fleet: Fleet, reqs: list[Request], blocks: int = 10) -> 
     over the same requests, so the box's noise hits every arm alike. Two "on" arms, both
     with the writer process flushing into SQLite meanwhile: `decide_writer_on` times the
     decision alone (the enqueue follows it, untimed: what the writer does to routing), and
-    `decide_enqueue` times decide + enqueue (the routing path the service runs). Before
-    each off block the writer has drained (its process idle)."""
+    `decide_enqueue` times decide + enqueue (the routing path the service runs; its
+    enqueue part alone is `enqueue_in_loop`). Before each off block the writer has drained
+    (its process idle)."""
     sched = warm_scheduler(fleet, LEARNED, reqs)
     size = len(reqs) // blocks
     arms: dict[str, list[np.ndarray]] = {"off": [], "decide": [], "decide_enqueue": []}
+    enqueue_parts: list[np.ndarray] = []
     flushed_while_timed = 0
     with tempfile.TemporaryDirectory() as tmp:
         writer = open_writer(
@@ -160,7 +167,10 @@ def measure_with_writer(fleet: Fleet, reqs: list[Request], blocks: int = 10) -> 
                         continue
                     before = writer.stats().records_flushed
                     timed = arm == "decide_enqueue"
-                    arms[arm].append(timed_ns(sched, LEARNED, chunk, enqueue, timed))
+                    part = np.empty(len(chunk)) if timed else None
+                    arms[arm].append(timed_ns(sched, LEARNED, chunk, enqueue, timed, part))
+                    if part is not None:
+                        enqueue_parts.append(part)
                     flushed_while_timed += writer.stats().records_flushed - before
         finally:
             stats = writer.close(drain_timeout_s=120)
@@ -173,6 +183,7 @@ def measure_with_writer(fleet: Fleet, reqs: list[Request], blocks: int = 10) -> 
         "writer_off": off_s,
         "decide_writer_on": decide_s,
         "writer_on": on_s,
+        "enqueue_in_loop": summary(np.concatenate(enqueue_parts)),
         "decide_p99_ratio": decide_s["p99_us"] / off_s["p99_us"],
         "p99_ratio": on_s["p99_us"] / off_s["p99_us"],
         "rows_written": stats.rows_written,
@@ -252,6 +263,10 @@ def main() -> None:
             f"  {name:<36} p50 {arm['p50_us']:>7.1f} us  p99 {arm['p99_us']:>7.1f} us"
             f"  (p99 x{ratio:.2f})"
         )
+    enq = a["enqueue_in_loop"]
+    print(
+        f"  {'of which the enqueue':<36} p50 {enq['p50_us']:>7.1f} us  p99 {enq['p99_us']:>7.1f} us"
+    )
 
 
 if __name__ == "__main__":
