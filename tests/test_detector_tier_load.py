@@ -102,10 +102,13 @@ def test_sliding_sum_keeps_only_the_window() -> None:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_load_excuse_holds_a_window_and_ends_when_served_work_falls_below_usual(seed: int) -> None:
     """A 40 s burst (3x the requests), then a third of the usual requests: the tier is
-    excused from the first evaluation its served work reaches 1.5x its usual rate, stays
-    excused while the work is above usual (a backlog drains; at most a window after the
-    last 1.5x reading), and the excuse ends at the first evaluation that sees the work
-    below usual, not a whole window later."""
+    excused from the first evaluation its served work reaches `tier_max_load_ratio` x its
+    usual rate, stays excused while the work is above usual (a backlog drains; at most a
+    window after the last such reading), and the excuse ends at the first evaluation that
+    sees the work below usual, not a whole window later. Before the burst the steady tier
+    (~5 requests/s) is excused by Poisson noise alone in at most 8 % of evaluations (0 %
+    with the limit at 1.5, 3-7 % at 1.25, 5-13 % at 1.2: the price of excusing the clean
+    Mooncake hour's overload, docs/guard.md)."""
     turn = FAULT_AT + 40
 
     def stream() -> Iterator[GuardSample]:
@@ -124,9 +127,11 @@ def test_load_excuse_holds_a_window_and_ends_when_served_work_falls_below_usual(
         for sec, r in run_seconds(det, stream(), 1, END, det.evaluate)
         if (tier := r.evidence["tiers"].get("l40s/llama3.1-8b")) is not None
     ]
-    assert all(not loaded for sec, _, loaded in rows if sec < FAULT_AT)
+    steady = [loaded for sec, _, loaded in rows if sec < FAULT_AT - 30]
+    assert len(steady) > 1000 and sum(steady) <= 0.08 * len(steady)
     known = [(sec, load, loaded) for sec, load, loaded in rows if load is not None]
-    first = next(sec for sec, load, _ in known if load >= 1.5)
+    limit = det.config.tier_max_load_ratio
+    first = next(sec for sec, load, _ in known if sec > FAULT_AT and load >= limit)
     assert FAULT_AT < first < FAULT_AT + 15
     assert all(loaded for sec, load, loaded in known if first <= sec and load >= 1.0)
     drained = next(sec for sec, load, _ in known if sec > first and load < 1.0)

@@ -12,7 +12,7 @@ from fakes.synthetic import Workload
 from slaguard.guard.config import TtftZscoreConfig
 from slaguard.guard.histogram import SlidingLogHistogram
 from slaguard.guard.robust import robust_center, robust_zscores
-from slaguard.guard.samples import GuardSample
+from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.guard.ttft_zscore import TtftZscoreDetector
 from slaguard.guard.verdicts import Action, Status
 
@@ -125,3 +125,15 @@ def test_missing_ttft_is_not_read_as_zero() -> None:
     assert det._hist.count("t") == 0  # nothing counted: no 0 s TTFT
     det.observe(GuardSample(11.0, "t", "h100", "m", True, 4.0, 0.5))
     assert det._hist.count("t") == 1
+
+
+def test_a_first_token_is_counted_once_and_before_its_completion() -> None:
+    det = TtftZscoreDetector(TtftZscoreConfig(min_samples=3))
+    det.observe_first_token(FirstToken(5.0, "t", "h100", "m", 0.5, 300))
+    assert det._hist.count("t") == 1, "counted at the first token"
+    det.observe(GuardSample(9.0, "t", "h100", "m", True, 4.0, 0.5, ttft_observed=True))
+    assert det._hist.count("t") == 1, "its completion does not count it again"
+    det.observe(GuardSample(9.5, "t", "h100", "m", True, 4.0, 0.7))
+    assert det._hist.count("t") == 2, "a completion whose first token was not seen counts"
+    det.observe_first_token(FirstToken(10.0, "t", "h100", "m", math.nan))
+    assert det._hist.count("t") == 2, "no measured TTFT: nothing counted"

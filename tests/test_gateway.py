@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from helpers import wait_for
 
 from slaguard.audit.service import UnknownRequestError, explain
 from slaguard.emulator.app import create_emulator_app
@@ -238,3 +239,33 @@ def test_client_leaving_mid_stream_is_recorded_failed(stack: Stack) -> None:
     # The relay stopped when the client left, not when the 3,000-token answer ended.
     assert out["e2e_s"] < left_after + 1.0
     assert stack.service.runtime.pending["left-1"].done
+
+
+def test_the_guard_hears_the_first_token_while_the_answer_streams(stack: Stack) -> None:
+    """The TTFT detectors get a streamed answer's TTFT at its first token (a slow card's
+    answers end several times later than they start), and its completion does not count
+    it a second time."""
+    replica = stack.service.runtime.modes.replica  # type: ignore[attr-defined]
+    counts = replica.guard.ttft._hist.count
+    queued = replica.stats.evaluations + 2  # what earlier tests queued is drained by then
+    wait_for("earlier samples drained", lambda: replica.stats.evaluations >= queued)
+    before = {t.id: counts(t.id) for t in stack.service.runtime.fleet}
+    for emulator in stack.emulators:
+        stack.fault(emulator, "slowdown", {"factor": 100})
+    try:
+        with stack.client.stream(
+            "POST", "/v1/chat/completions", json=_chat(3000), headers={"X-Request-Id": "first-1"}
+        ) as r:
+            target = r.headers["x-slaguard-target"]
+            chunks = r.iter_raw()  # kept: a dropped iterator closes the stream
+            assert next(chunks).startswith(b"data: ")
+            wait_for("the TTFT in the detector", lambda: counts(target) > before[target])
+            assert counts(target) == before[target] + 1
+            assert not stack.service.runtime.pending["first-1"].done, "still streaming"
+    finally:
+        for emulator in stack.emulators:
+            stack.fault(emulator, "recover")
+    assert stack.outcome("first-1").outcome["ttft_s"] is not None
+    evaluations = replica.stats.evaluations
+    wait_for("two more evaluations", lambda: replica.stats.evaluations >= evaluations + 2)
+    assert counts(target) == before[target] + 1, "the completion did not count it again"

@@ -26,7 +26,7 @@ from slaguard.guard.forward import (
 )
 from slaguard.guard.leader import FileLeaderLease, lease_for
 from slaguard.guard.runtime import GuardReplica
-from slaguard.guard.samples import GuardSample
+from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.notify.console import ConsoleNotifier
 from slaguard.scheduler.rollout import Arm
 
@@ -50,22 +50,29 @@ def test_batches_stay_under_the_notify_limit_and_round_trip() -> None:
             900.5,
             f"{i:016x}",
             300 + i,
+            ttft_observed=i % 5 > 1,
         )
         for i in range(1500)
     ]
+    firsts = [
+        FirstToken(999.0 + i / 1000, f"target-{i % 7}", "l40s", MODEL, 0.25, 40) for i in range(300)
+    ]
     arrivals = [(1000.0 + i / 1000, None if i % 4 == 0 else f"{i:016x}") for i in range(2500)]
-    batches = list(encode_batches("replica-b", 1001.5, samples, arrivals))
+    batches = list(encode_batches("replica-b", 1001.5, samples + firsts, arrivals))
     sizes = [len(b.encode()) for b in batches]
     assert max(sizes) <= MAX_BATCH_BYTES and min(sizes[:-1]) > MAX_BATCH_BYTES - 200  # full
-    assert sum(sizes) < 1500 * 130 + 2500 * 32  # compact: < 130 bytes a sample, 32 an arrival
-    got_samples: list[GuardSample] = []
+    # compact: < 130 bytes a sample, 80 a first token, 32 an arrival
+    assert sum(sizes) < 1500 * 130 + 300 * 80 + 2500 * 32
+    got_samples: list[GuardSample | FirstToken] = []
     got_arrivals: list[tuple[float, str | None]] = []
     for text in batches:
         json.loads(text)
         s, a = decode_batch(text, 1002.0, "replica-a")
         got_samples += s
         got_arrivals += a
-    assert got_samples == samples and got_arrivals == arrivals
+    assert [s for s in got_samples if isinstance(s, GuardSample)] == samples
+    assert [s for s in got_samples if isinstance(s, FirstToken)] == firsts
+    assert got_arrivals == arrivals
     assert decode_batch(batches[0], 1002.0, "replica-b") == ([], [])  # our own
     assert decode_batch(batches[0], 1001.5 + MAX_AGE_S + 0.1, "replica-a") == ([], [])
     assert decode_batch("{not json", 1002.0, "replica-a") == ([], [])
@@ -165,3 +172,12 @@ def test_the_spool_is_bounded_and_abandoned_partial_files_are_removed(tmp_path: 
     assert spool.take() == ["a", "b", "c", "d"]
     assert not old.exists() and fresh.exists()
     assert spool.take() == []
+
+
+def test_a_batch_from_a_replica_without_first_tokens_still_reads() -> None:
+    """A replica of the previous version sends 12-field samples and no `f` list."""
+    row = '[999.5,"t","h100","m",1,2.5,0.2,null,"",null,null,300]'
+    old = '{"r":"old","at":1000.0,"s":[' + row + '],"a":[]}'
+    samples, arrivals = decode_batch(old, 1001.0, "new")
+    assert samples == [GuardSample(999.5, "t", "h100", "m", True, 2.5, 0.2, prompt_tokens=300)]
+    assert arrivals == [] and not samples[0].ttft_observed  # type: ignore[union-attr]

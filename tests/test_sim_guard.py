@@ -103,7 +103,8 @@ def test_jitter_trips_and_the_fleet_is_on_round_robin_within_one_period(
     assert len(trips) == 1
     trip = trips[0]
     assert (trip["detector"], trip["subject"]) == ("ttft_zscore", "card:l40s")
-    assert FAULT_AT < trip["at_s"] <= FAULT_AT + 30
+    # 17 s with TTFTs fed at the first token; 28 s when they waited for the completion
+    assert FAULT_AT < trip["at_s"] <= FAULT_AT + 20
     assert trip["evidence"]["ratio_vs_rest"] >= 2.0 and trip["evidence"]["z"] >= 4.5
     assert (trip["mode_before"], trip["mode_after"], trip["switched"]) == (
         "learned",

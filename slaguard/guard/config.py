@@ -43,7 +43,7 @@ class TtftZscoreConfig(_Strict):
     tier_z_threshold: float = Field(default=4.5, gt=0)
     tier_min_ratio: float = Field(default=1.75, gt=1)
     tier_prompt_floor_tokens: int = Field(default=256, ge=1)
-    tier_max_load_ratio: float = Field(default=1.5, gt=1)
+    tier_max_load_ratio: float = Field(default=1.25, gt=1)
 
     @model_validator(mode="after")
     def _slices_fit(self) -> TtftZscoreConfig:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from slaguard.guard.samples import GuardSample
+from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.scheduler.rollout import Arm
 
 log = logging.getLogger(__name__)
@@ -45,12 +45,12 @@ def _sample_row(s: GuardSample) -> list[object]:
         round(s.at_s, 4), s.target_id, s.card_type, s.model_id, int(s.sla_met),
         s.deadline_s, None if s.ttft_s is None else round(s.ttft_s, 5),
         None if s.arm is None else s.arm.value, s.model_version, s.model_deployed_at_s,
-        s.prefix_id, s.prompt_tokens,
+        s.prefix_id, s.prompt_tokens, int(s.ttft_observed),
     ]  # fmt: skip
 
 
 def _sample(row: list[object]) -> GuardSample:
-    at, target, card, model, met, deadline, ttft, arm, version, deployed, prefix, tokens = row
+    at, target, card, model, met, deadline, ttft, arm, version, deployed, prefix, tokens = row[:12]
     return GuardSample(
         at_s=float(at),  # type: ignore[arg-type]
         target_id=str(target),
@@ -64,47 +64,81 @@ def _sample(row: list[object]) -> GuardSample:
         model_deployed_at_s=None if deployed is None else float(deployed),  # type: ignore[arg-type]
         prefix_id=None if prefix is None else str(prefix),
         prompt_tokens=None if tokens is None else int(tokens),  # type: ignore[call-overload]
+        ttft_observed=len(row) > 12 and bool(row[12]),
     )
+
+
+def _first_row(f: FirstToken) -> list[object]:
+    return [
+        round(f.at_s, 4), f.target_id, f.card_type, f.model_id, round(f.ttft_s, 5),
+        f.prompt_tokens,
+    ]  # fmt: skip
+
+
+def _first(row: list[object]) -> FirstToken:
+    at, target, card, model, ttft, tokens = row
+    return FirstToken(
+        float(at),  # type: ignore[arg-type]
+        str(target),
+        str(card),
+        str(model),
+        float(ttft),  # type: ignore[arg-type]
+        None if tokens is None else int(tokens),  # type: ignore[call-overload]
+    )
+
+
+_KEYS = ("s", "f", "a")
+"""Batch lists: finished requests, first tokens, arrivals."""
 
 
 def encode_batches(
     replica_id: str,
     at_s: float,
-    samples: Iterable[GuardSample],
+    samples: Iterable[GuardSample | FirstToken],
     arrivals: Iterable[Arrival],
     *,
     max_bytes: int = MAX_BATCH_BYTES,
 ) -> Iterator[str]:
-    """The samples and arrivals as JSON texts of at most `max_bytes` bytes each."""
+    """The samples, first tokens and arrivals as JSON texts of at most `max_bytes` each."""
     head = json.dumps({"r": replica_id, "at": at_s}, separators=(",", ":"))[:-1]
-    rows: dict[str, list[str]] = {"s": [], "a": []}
-    size = len(head.encode()) + len(',"s":[],"a":[]}')
-    items = [("s", _sample_row(s)) for s in samples]
+    empty = len(head.encode()) + len(_batch(head, {k: [] for k in _KEYS})) - len(head)
+    rows: dict[str, list[str]] = {k: [] for k in _KEYS}
+    items: list[tuple[str, list[object]]] = [
+        ("f", _first_row(s)) if isinstance(s, FirstToken) else ("s", _sample_row(s))
+        for s in samples
+    ]
     items += [("a", [round(at, 4), prefix]) for at, prefix in arrivals]
+    size = empty
     for key, row in items:
         text = json.dumps(row, separators=(",", ":"))
         cost = len(text.encode()) + 1
-        if size + cost > max_bytes and (rows["s"] or rows["a"]):
+        if size + cost > max_bytes and any(rows.values()):
             yield _batch(head, rows)
-            rows = {"s": [], "a": []}
-            size = len(head.encode()) + len(',"s":[],"a":[]}')
+            rows = {k: [] for k in _KEYS}
+            size = empty
         rows[key].append(text)
         size += cost
-    if rows["s"] or rows["a"]:
+    if any(rows.values()):
         yield _batch(head, rows)
 
 
 def _batch(head: str, rows: dict[str, list[str]]) -> str:
-    return f'{head},"s":[{",".join(rows["s"])}],"a":[{",".join(rows["a"])}]}}'
+    lists = ",".join(f'"{k}":[{",".join(rows[k])}]' for k in _KEYS)
+    return f"{head},{lists}}}"
 
 
-def decode_batch(text: str, now_s: float, own_id: str) -> tuple[list[GuardSample], list[Arrival]]:
-    """One batch's samples and arrivals; nothing when it is ours, too old or unreadable."""
+def decode_batch(
+    text: str, now_s: float, own_id: str
+) -> tuple[list[GuardSample | FirstToken], list[Arrival]]:
+    """One batch's samples (first tokens among them) and arrivals; nothing when it is
+    ours, too old or unreadable. A batch without first tokens (`f`) is an older
+    replica's: its samples carry their TTFT."""
     try:
         body = json.loads(text)
         if body["r"] == own_id or now_s - float(body["at"]) > MAX_AGE_S:
             return [], []
-        samples = [_sample(row) for row in body["s"]]
+        samples: list[GuardSample | FirstToken] = [_sample(row) for row in body["s"]]
+        samples += [_first(row) for row in body.get("f", ())]
         arrivals = [(float(at), None if p is None else str(p)) for at, p in body["a"]]
     except (ValueError, KeyError, TypeError, AttributeError):
         log.warning("unreadable forwarded guard samples ignored")

@@ -1,9 +1,12 @@
 """The `Guard` facade: samples in, `evaluate(now_s)` out, the same code on any clock.
 
 Driver contract (the simulator on simulated time, the service on wall time):
-* call `observe(sample)` for every finished request (cheap, no I/O), and, where requests
-  are seen arriving, `observe_arrival(at_s, prefix_id)` for each (the hot-spot detector
-  then counts arrivals instead of completions);
+* call `observe(sample)` for every finished request (cheap, no I/O); where first tokens
+  are seen as they arrive, `observe(FirstToken(...))` for each, the finished request's
+  sample then marked `ttft_observed` (the TTFT detectors see a slowdown when answers start
+  late instead of when they end); where requests are seen arriving,
+  `observe_arrival(at_s, prefix_id)` for each (the hot-spot detector then counts arrivals
+  instead of completions);
 * call `evaluate(now_s)` every `evaluation_interval_s` (1 s); it returns the events of that
   evaluation. A `ModeChangedEvent` must be published (store compare-and-set on
   `state.version`, then the router's mode) before the next 500 ms correction tick, so a
@@ -34,7 +37,7 @@ from slaguard.guard.hot_spot import HotSpotDetector
 from slaguard.guard.incidents import IncidentTracker
 from slaguard.guard.modes import ModeState, TransitionResult
 from slaguard.guard.rollout_compare import RolloutCompareDetector
-from slaguard.guard.samples import GuardSample
+from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.guard.ttft_zscore import TtftZscoreDetector
 from slaguard.guard.verdicts import Action, DetectorReport, Status, Verdict
 from slaguard.scheduler.rollout import ModeKind, RolloutPlan
@@ -79,8 +82,11 @@ class Guard:
         self._active: dict[tuple[str, str], Verdict] = {}
         self.last_reports: tuple[DetectorReport, ...] = ()
 
-    def observe(self, sample: GuardSample) -> None:
-        """Feed one finished request to every detector."""
+    def observe(self, sample: GuardSample | FirstToken) -> None:
+        """Feed one finished request to every detector, or a first token to the TTFT one."""
+        if isinstance(sample, FirstToken):
+            self.ttft.observe_first_token(sample)
+            return
         for detector in self.detectors:
             detector.observe(sample)
 

@@ -43,7 +43,7 @@ from slaguard.guard.manual import ManualAction, ManualOutcome, apply_manual
 from slaguard.guard.modes import ModeState, ModeTransition, TransitionKind
 from slaguard.guard.persist import EventPersister
 from slaguard.guard.router_inputs import RouterInputs
-from slaguard.guard.samples import GuardSample
+from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.guard.store import FleetStateMissingError, GuardStore
 from slaguard.guard.verdicts import DetectorReport, Verdict
 from slaguard.notify.base import DeliveryResult, Notifier
@@ -111,7 +111,7 @@ class GuardReplica:
         self.reports: tuple[DetectorReport, ...] = ()
         """The leader's last evaluation, one report per detector (empty on other replicas)."""
         self._lock = threading.RLock()
-        self._local: deque[GuardSample] = deque(maxlen=LOCAL_QUEUE_MAX)
+        self._local: deque[GuardSample | FirstToken] = deque(maxlen=LOCAL_QUEUE_MAX)
         self._arrivals: deque[tuple[float, str | None]] = deque(maxlen=LOCAL_QUEUE_MAX)
         self._unsaved: tuple[ModeTransition, int | None] | None = None
         self._paused_until_s = float("-inf")
@@ -131,9 +131,10 @@ class GuardReplica:
         """Leader as of the last sync (a lease lost since is noticed at the next)."""
         return self._leading
 
-    def observe(self, sample: GuardSample) -> None:
-        """Queue one finished request of this replica for the detectors. Ignored with an
-        audit feed, which already brings every replica's requests (no double counting)."""
+    def observe(self, sample: GuardSample | FirstToken) -> None:
+        """Queue one finished request (or first token) of this replica for the detectors.
+        Ignored with an audit feed, which already brings every replica's requests, their
+        TTFTs included (no double counting)."""
         if self.feed is None:
             self._local.append(sample)
 
@@ -184,7 +185,7 @@ class GuardReplica:
         go to the leader at their sync)."""
         if self.guard.state.version < 0 or not self._leading:
             return []
-        samples: list[GuardSample] = []
+        samples: list[GuardSample | FirstToken] = []
         arrivals: list[tuple[float, str | None]] = []
         for text in self.lease.take_forwarded():
             got, came = decode_batch(text, now_s, self.replica_id)

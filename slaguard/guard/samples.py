@@ -1,4 +1,4 @@
-"""What the guard is fed: one routed request's decision and outcome."""
+"""What the guard is fed: a routed request's first token, and its decision and outcome."""
 
 from __future__ import annotations
 
@@ -39,6 +39,9 @@ class GuardSample:
     model_deployed_at_s: float | None = None
     prefix_id: str | None = None
     prompt_tokens: int | None = None
+    ttft_observed: bool = False
+    """The TTFT was already fed at the first token (`FirstToken`): the TTFT detectors do
+    not count it again; the SLA outcome and the other detectors still take this sample."""
 
     @property
     def has_ttft(self) -> bool:
@@ -49,6 +52,22 @@ class GuardSample:
     def model_key(self) -> str:
         """`model@version` (or just the model when no version is known)."""
         return f"{self.model_id}@{self.model_version}" if self.model_version else self.model_id
+
+
+@dataclass(frozen=True, slots=True)
+class FirstToken:
+    """A request's first token, fed when it arrives: the TTFT is known then, and a slow
+    card's answers take several times longer to finish than to start, so waiting for the
+    completion would delay the TTFT detectors by the slowed decode (the finished
+    request's `GuardSample` then carries `ttft_observed=True`). `prompt_tokens` as in
+    `GuardSample`."""
+
+    at_s: float
+    target_id: str
+    card_type: str
+    model_id: str
+    ttft_s: float
+    prompt_tokens: int | None = None
 
 
 def prefix_identity(prefix_blocks: tuple[int, ...], prompt_hash: str | None = None) -> str | None:

@@ -30,9 +30,10 @@ slow EWMA of that rate). A learned router hands its fastest cards the long promp
 the bursts, and their TTFT then rises with the work; a slow card serves the same or less
 work (the router moves load away from it). The excuse lasts a window after the last such
 reading (a backlog takes that long to drain) and ends as soon as the served work is back
-below the usual rate. The served work is counted at completion, not the requests in
-flight: by Little's law a slower card holds more requests in flight at the same arrival
-rate, so an in-flight count would excuse the very slowdown it should expose.
+below the usual rate. The served work is counted with each TTFT (at the first token
+where first tokens are fed: the prefill is done), not the requests in flight: by
+Little's law a slower card holds more requests in flight at the same arrival rate, so an
+in-flight count would excuse the very slowdown it should expose.
 """
 
 from __future__ import annotations

@@ -313,6 +313,13 @@ def _finish_whole(
     )
 
 
+def _meter(rt: ServiceRuntime, entry: Pending, meter: StreamMeter, chunk: bytes) -> None:
+    """Meter a chunk; the first token's TTFT goes to the guard as soon as it is seen."""
+    meter.feed(chunk)
+    if meter.first_token_at is not None and not entry.ttft_fed:
+        rt.first_token(entry, meter.first_token_at - meter.started)
+
+
 async def _relay(
     rt: ServiceRuntime, routed: Routed, decide_s: float, meter: StreamMeter, up: Upstream
 ) -> AsyncGenerator[bytes, None]:
@@ -323,12 +330,12 @@ async def _relay(
     recorded = False
     try:
         if up.first:
-            meter.feed(up.first)
+            _meter(rt, routed.entry, meter, up.first)
             yield up.first
         rt.record_decision(routed, decide_s)
         recorded = True
         async for chunk in up.rest:
-            meter.feed(chunk)
+            _meter(rt, routed.entry, meter, chunk)
             yield chunk
     except aiohttp.ClientError as exc:
         status = "failed"

@@ -29,7 +29,7 @@ from slaguard.guard.events import GuardEvent, VerdictEvent, VerdictPhase
 from slaguard.guard.manual import ManualAction, ManualOutcome, ModeBusyError
 from slaguard.guard.modes import ModeState
 from slaguard.guard.runtime import GuardReplica
-from slaguard.guard.samples import GuardSample
+from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.guard.verdicts import Action, JsonDict, Severity, Verdict
 from slaguard.scheduler.rollout import Arm, FleetMode
 from slaguard.scheduler.state import FleetState
@@ -82,6 +82,10 @@ class ModeSource(Protocol):
     def on_arrival(self, at_s: float, prefix_id: str | None) -> None:
         """One routed request, at its routing decision, for the hot-spot detector (a queue
         append on the request path: no I/O, no detector work)."""
+        ...
+
+    def on_first_token(self, first: FirstToken) -> None:
+        """One first token for the TTFT detectors, as it arrives (no I/O)."""
         ...
 
     def on_outcome(self, sample: GuardSample) -> None:
@@ -157,6 +161,9 @@ class ReplicaModes:
 
     def on_arrival(self, at_s: float, prefix_id: str | None) -> None:
         self.replica.observe_arrival(at_s, prefix_id)
+
+    def on_first_token(self, first: FirstToken) -> None:
+        self.replica.observe(first)
 
     def on_outcome(self, sample: GuardSample) -> None:
         self.replica.observe(sample)

@@ -32,7 +32,7 @@ from slaguard.audit.from_scheduler import decision_head
 from slaguard.audit.records import OutcomeRecord, RequestStatus
 from slaguard.audit.writer import AuditWriter, SpillFullError
 from slaguard.fleet import Fleet, Priority, Request
-from slaguard.guard.samples import GuardSample
+from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.explain import Decision, Outcome
 from slaguard.scheduler.rollout import Arm
@@ -93,6 +93,8 @@ class Pending(msgspec.Struct, gc=False):
     """The chosen target's score components when the learned arm chose it."""
     done: bool = False
     sla_met: bool | None = None
+    ttft_fed: bool = False
+    """The guard already has the TTFT (`first_token`)."""
 
 
 @dataclass(slots=True)
@@ -259,6 +261,20 @@ class ServiceRuntime:
             self.audit_refused += 1
             log.error("decision %s not audited: %s", d.request_id, exc)
 
+    def first_token(self, entry: Pending, ttft_s: float) -> None:
+        """The gateway saw the answer's first token: the TTFT detectors get it now, not
+        when the answer ends (no I/O: a queue append)."""
+        if entry.done or entry.ttft_fed or entry.target_index is None:
+            return
+        entry.ttft_fed = True
+        target = self.fleet.targets[entry.target_index]
+        self.modes.on_first_token(
+            FirstToken(
+                self.clock(), target.id, target.card.id, target.model.id, ttft_s,
+                entry.prompt_tokens,
+            )
+        )  # fmt: skip
+
     def finish(
         self,
         entry: Pending,
@@ -327,6 +343,7 @@ class ServiceRuntime:
                 arm=entry.arm,
                 prefix_id=entry.prefix_id,
                 prompt_tokens=prompt,
+                ttft_observed=entry.ttft_fed and ttft_s is not None,
             )
         )
         return Finished(True, False, sla_met)

@@ -1,16 +1,17 @@
 """`--policy guarded`: the real `Guard` drives the simulated fleet on simulated time.
 
-The controller is the adapter the service also has (`service/modes.py`): finished
-requests become `GuardSample`s, `Guard.evaluate` runs every `evaluation_interval_s` of
+The controller is the adapter the service also has (`service/modes.py`): first tokens
+become `FirstToken`s (the TTFT detectors' input, as the service's gateway feeds them),
+finished requests `GuardSample`s, `Guard.evaluate` runs every `evaluation_interval_s` of
 simulated time, the TTFT Z-scores and demotions go to the scheduler state (the router's
 jitter term), and the guard's mode is the fleet mode. Evaluations run inside the 500 ms
 correction tick and the mode they return is the one the next period routes with, so a
 trip acts within one correction period of its verdict. Nothing here changes the guard.
 
 The engine resolves a prefill or decode run ahead of its tick (an event may carry a
-time past the current period), so finished requests wait in a heap and reach the guard
-only once simulated time has passed their finish time: the guard never hears about a
-request before it finished.
+time past the current period), so first tokens and finished requests wait in a heap and
+reach the guard only once simulated time has passed their time: the guard never hears
+of a first token or a finish before it happened.
 
 New model versions come from the scenario's `new_model` faults: requests for that model
 arriving (trace seconds) at or after the fault's `start_s` are version `v2`, deployed at
@@ -35,7 +36,7 @@ from slaguard.guard.events import (
 )
 from slaguard.guard.guard import Guard
 from slaguard.guard.router_inputs import RouterInputs
-from slaguard.guard.samples import GuardSample
+from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.guard.verdicts import Action, JsonDict
 from slaguard.scheduler.explain import Decision
 from slaguard.scheduler.rollout import FleetMode
@@ -101,7 +102,7 @@ class GuardController(SimObserver):
         self.trip_verdicts: list[JsonDict] = []
         self.demotions: list[JsonDict] = []
         self._index = {t.id: t.index for t in fleet}
-        self._waiting: list[tuple[float, int, GuardSample]] = []
+        self._waiting: list[tuple[float, int, GuardSample | FirstToken]] = []
         self._next_evaluation_s = self.interval_s
 
     def initial_mode(self) -> FleetMode:
@@ -110,6 +111,18 @@ class GuardController(SimObserver):
     def on_decision(self, decision: Decision, now_s: float, latency_s: float) -> None:
         """An arriving request (routed, or finally rejected): the hot-spot detector's input."""
         self.guard.observe_arrival(now_s, decision.request.prefix_id)
+
+    def on_first_token(self, decision: Decision, now_s: float, ttft_s: float) -> None:
+        """A first token on a target: the TTFT detectors' sample."""
+        target = decision.target
+        if target is None:
+            return
+        first = FirstToken(
+            now_s, target.id, target.card.id, target.model.id, ttft_s,
+            decision.request.prompt_tokens,
+        )  # fmt: skip
+        self.samples += 1
+        heapq.heappush(self._waiting, (now_s, self.samples, first))
 
     def on_outcome(self, decision: Decision, now_s: float, outcome: OutcomeInfo) -> None:
         """A finished request that reached a target is one guard sample."""
@@ -134,6 +147,7 @@ class GuardController(SimObserver):
             model_deployed_at_s=deployed_at,
             prefix_id=request.prefix_id,
             prompt_tokens=request.prompt_tokens,
+            ttft_observed=outcome.ttft_s is not None,
         )
         self.samples += 1
         heapq.heappush(self._waiting, (now_s, self.samples, sample))
