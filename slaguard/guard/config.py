@@ -44,6 +44,10 @@ class TtftZscoreConfig(_Strict):
     tier_min_ratio: float = Field(default=1.75, gt=1)
     tier_prompt_floor_tokens: int = Field(default=256, ge=1)
     tier_max_load_ratio: float = Field(default=1.25, gt=1)
+    tier_fast_window_s: float = Field(default=10.0, ge=0)
+    tier_fast_slice_s: float = Field(default=2.5, gt=0)
+    tier_fast_min_samples: int = Field(default=12, ge=5)
+    tier_fast_z_threshold: float = Field(default=7.0, gt=0)
 
     @model_validator(mode="after")
     def _slices_fit(self) -> TtftZscoreConfig:
@@ -51,6 +55,8 @@ class TtftZscoreConfig(_Strict):
             raise ValueError("slice_s must be <= window_s and <= tier_window_s")
         if self.min_ttft_s >= self.max_ttft_s:
             raise ValueError("min_ttft_s must be < max_ttft_s")
+        if self.tier_fast_window_s and self.tier_fast_slice_s > self.tier_fast_window_s:
+            raise ValueError("tier_fast_slice_s must be <= tier_fast_window_s")
         return self
 
     @property
@@ -62,6 +68,20 @@ class TtftZscoreConfig(_Strict):
     def tier_slice_count(self) -> int:
         """Number of time slices in the tier (short) window."""
         return math.ceil(self.tier_window_s / self.slice_s)
+
+    def fast_tier(self) -> TtftZscoreConfig | None:
+        """The tier test's second, short window (None when `tier_fast_window_s` is 0): the
+        same test on the last few seconds, with fewer samples and a stricter Z."""
+        if not self.tier_fast_window_s:
+            return None
+        return self.model_copy(
+            update={
+                "slice_s": self.tier_fast_slice_s,
+                "tier_window_s": self.tier_fast_window_s,
+                "tier_min_samples": self.tier_fast_min_samples,
+                "tier_z_threshold": self.tier_fast_z_threshold,
+            }
+        )
 
 
 class HotSpotConfig(_Strict):

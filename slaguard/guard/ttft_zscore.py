@@ -87,7 +87,8 @@ class TtftZscoreDetector:
         self._hist = SlidingLogHistogram(
             c.slice_s, c.slice_count, c.relative_accuracy, c.min_ttft_s, c.max_ttft_s
         )
-        self._tiers = TierShift(c, NAME)
+        fast = c.fast_tier()
+        self._tiers = (TierShift(c, NAME),) + (() if fast is None else (TierShift(fast, NAME),))
         self._targets: dict[str, _TargetState] = {}
         self._zscores: dict[str, float] = {}
 
@@ -129,7 +130,8 @@ class TtftZscoreDetector:
         self._hist.add(target_id, at_s, ttft)
         floor = self.config.tier_prompt_floor_tokens
         statistic = tier_statistic(ttft, prompt_tokens, floor)
-        self._tiers.observe(target_id, card_type, model_id, at_s, statistic, prompt_tokens)
+        for tiers in self._tiers:
+            tiers.observe(target_id, card_type, model_id, at_s, statistic, prompt_tokens)
 
     def rebaseline(self) -> None:
         """Forget every per-target baseline: the fleet's routing policy changed, which moves
@@ -139,7 +141,8 @@ class TtftZscoreDetector:
         c = self.config
         for state in self._targets.values():
             state.baseline = LogBaseline(c.baseline_tau_s, c.baseline_max_freeze_s)
-        self._tiers.rebaseline()
+        for tiers in self._tiers:
+            tiers.rebaseline()
 
     def zscores(self) -> dict[str, float]:
         """Latest Z-score per scored target (targets with thin data are absent, not 0)."""
@@ -166,14 +169,13 @@ class TtftZscoreDetector:
                 counts[target] = n
                 noise[target] = self._read_noise_factor(q, n)
                 spreads.append(self._log_spread(target))
-        tier_verdicts, tier_evidence = self._tiers.evaluate(now_s)
+        tier_verdicts, tier_evidence = self._tier_verdicts(now_s)
         gate: JsonDict = {
             "scored_targets": len(p99s),
             "min_scored_targets": c.min_scored_targets,
             "min_samples": c.min_samples,
             "window_s": c.window_s,
-            "tiers": tier_evidence["tiers"],
-        }
+        } | tier_evidence
         if len(p99s) < c.min_scored_targets:
             self._zscores = {}
             status = Status.ANOMALOUS if tier_verdicts else Status.INSUFFICIENT
@@ -190,6 +192,18 @@ class TtftZscoreDetector:
             self._targets[target].baseline.update(now_s, p99, anomalous)
         trips = any(v.action is Action.TRIP for v in verdicts)
         return DetectorReport(NAME, Status.ANOMALOUS if trips else Status.OK, tuple(verdicts), gate)
+
+    def _tier_verdicts(self, now_s: float) -> tuple[list[Verdict], JsonDict]:
+        """The tier test on its window and on the short one: one verdict per card type (the
+        long window's when both trip), the evidence of each (`tiers`, `fast_tiers`)."""
+        verdicts: dict[str, Verdict] = {}
+        evidence: JsonDict = {}
+        for tiers, key in zip(self._tiers, ("tiers", "fast_tiers"), strict=False):
+            found, seen = tiers.evaluate(now_s)
+            evidence[key] = seen["tiers"]
+            for verdict in found:
+                verdicts.setdefault(verdict.subject, verdict)
+        return list(verdicts.values()), evidence
 
     def _log_spread(self, target: str) -> float:
         """Sigma of log TTFT from the target's interquartile range."""
