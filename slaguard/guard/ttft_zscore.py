@@ -96,42 +96,33 @@ class TtftZscoreDetector:
         """Record one TTFT; samples without a measured TTFT are skipped, never read as 0,
         and so are TTFTs already fed at the first token (`ttft_observed`)."""
         if sample.has_ttft and sample.ttft_s is not None and not sample.ttft_observed:
-            self._record(
-                sample.target_id, sample.card_type, sample.model_id, sample.at_s,
-                sample.ttft_s, sample.prompt_tokens,
+            self.observe_first_token(
+                FirstToken(
+                    sample.at_s, sample.target_id, sample.card_type, sample.model_id,
+                    sample.ttft_s, sample.prompt_tokens,
+                )
             )  # fmt: skip
         else:
             self._target(sample.target_id, sample.card_type, sample.model_id)
 
     def observe_first_token(self, first: FirstToken) -> None:
-        """Record one TTFT when its first token arrives (see `FirstToken`)."""
-        if not math.isnan(first.ttft_s):
-            self._record(
-                first.target_id, first.card_type, first.model_id, first.at_s,
-                first.ttft_s, first.prompt_tokens,
+        """Record one TTFT when its first token arrives (see `FirstToken`); NaN is skipped."""
+        if math.isnan(first.ttft_s):
+            return
+        self._target(first.target_id, first.card_type, first.model_id)
+        ttft = max(first.ttft_s, self.config.min_ttft_s)
+        self._hist.add(first.target_id, first.at_s, ttft)
+        statistic = tier_statistic(ttft, first.prompt_tokens, self.config.tier_prompt_floor_tokens)
+        for tiers in self._tiers:
+            tiers.observe(
+                first.target_id, first.card_type, first.model_id, first.at_s, statistic,
+                first.prompt_tokens,
             )  # fmt: skip
 
     def _target(self, target_id: str, card_type: str, model_id: str) -> None:
         if target_id not in self._targets:
             baseline = LogBaseline(self.config.baseline_tau_s, self.config.baseline_max_freeze_s)
             self._targets[target_id] = _TargetState(card_type, model_id, baseline)
-
-    def _record(
-        self,
-        target_id: str,
-        card_type: str,
-        model_id: str,
-        at_s: float,
-        ttft_s: float,
-        prompt_tokens: int | None,
-    ) -> None:
-        self._target(target_id, card_type, model_id)
-        ttft = max(ttft_s, self.config.min_ttft_s)
-        self._hist.add(target_id, at_s, ttft)
-        floor = self.config.tier_prompt_floor_tokens
-        statistic = tier_statistic(ttft, prompt_tokens, floor)
-        for tiers in self._tiers:
-            tiers.observe(target_id, card_type, model_id, at_s, statistic, prompt_tokens)
 
     def rebaseline(self) -> None:
         """Forget every per-target baseline: the fleet's routing policy changed, which moves
