@@ -101,7 +101,7 @@ def encode_batches(
 ) -> Iterator[str]:
     """The samples, first tokens and arrivals as JSON texts of at most `max_bytes` each."""
     head = json.dumps({"r": replica_id, "at": at_s}, separators=(",", ":"))[:-1]
-    empty = len(head.encode()) + len(_batch(head, {k: [] for k in _KEYS})) - len(head)
+    empty = len(_batch(head, {k: [] for k in _KEYS}).encode())
     rows: dict[str, list[str]] = {k: [] for k in _KEYS}
     items: list[tuple[str, list[object]]] = [
         ("f", _first_row(s)) if isinstance(s, FirstToken) else ("s", _sample_row(s))
