@@ -63,7 +63,6 @@ class TierShift:
         self._hist = SlidingLogHistogram(
             c.slice_s, c.tier_slice_count, c.relative_accuracy, c.min_ttft_s, c.max_ttft_s
         )
-        self._target_baselines: dict[str, LogBaseline] = {}
         self._members: dict[tuple[str, str], set[str]] = {}
         self._tripped: set[tuple[str, str]] = set()
         self._work = SlidingSum(c.slice_s, c.tier_slice_count)
@@ -71,37 +70,32 @@ class TierShift:
         self._work_baselines: dict[tuple[str, str], LogBaseline] = {}
         self._loaded_until: dict[tuple[str, str], float] = {}
 
-    def observe(
+    def add(
         self,
         target_id: str,
-        card_type: str,
-        model_id: str,
+        tier: tuple[str, str],
         at_s: float,
-        ttft_s: float,
-        prompt_tokens: int | None = None,
+        ratio: float | None,
+        prompt_tokens: int | None,
     ) -> None:
-        """Normalise one TTFT statistic (see `tier_statistic`) by its target's baseline, then
-        fold it in; the prompt tokens (when known) count as the tier's served work."""
-        c = self.config
-        tier = (card_type, model_id)
+        """Fold in one baseline-normalised statistic (None while its target's baseline is
+        young: the target still joins its tier); the prompt tokens (when known) count as
+        the tier's served work."""
         if prompt_tokens is not None:
             self._work.add(_key(tier), at_s, float(prompt_tokens))
             self._work_since.setdefault(tier, at_s)
-        baseline = self._target_baselines.get(target_id)
-        if baseline is None:
-            baseline = LogBaseline(c.baseline_tau_s, c.baseline_max_freeze_s)
-            self._target_baselines[target_id] = baseline
         self._members.setdefault(tier, set()).add(target_id)
-        ratio = baseline.ratio(ttft_s)
-        if ratio is not None and baseline.count >= c.min_samples:
+        if ratio is not None:
             self._hist.add(_key(tier), at_s, ratio)
-            self._hist.add(_key((_FLEET, model_id)), at_s, ratio)
+            self._hist.add(_key((_FLEET, tier[1])), at_s, ratio)
             self._hist.add(_FLEET, at_s, ratio)
-        baseline.update(at_s, ttft_s, anomalous=tier in self._tripped)
 
-    def rebaseline(self) -> None:
-        """Forget the per-target baselines (the routing policy changed)."""
-        self._target_baselines = {}
+    def tripped(self, tier: tuple[str, str]) -> bool:
+        """Whether the last evaluation found `tier` shifted."""
+        return tier in self._tripped
+
+    def reset(self) -> None:
+        """Forget trips and served-work history (the routing policy changed)."""
         self._tripped = set()
         self._work_since = {}
         self._work_baselines = {}
@@ -210,6 +204,50 @@ class TierShift:
         return Verdict(
             self.detector, Action.TRIP, f"card:{card}", Severity.CRITICAL, summary, now_s, detail
         )
+
+
+class TierTest:
+    """The tier test on its window and the short one (`fast_tier`) over one set of
+    per-target baselines: a TTFT is normalised once, whichever windows judge it, and a
+    target's baseline stops learning while either window finds its tier shifted."""
+
+    def __init__(self, config: TtftZscoreConfig, detector: str) -> None:
+        self.config = config
+        fast = config.fast_tier()
+        self.windows = (TierShift(config, detector),) + (
+            () if fast is None else (TierShift(fast, detector),)
+        )
+        self._target_baselines: dict[str, LogBaseline] = {}
+
+    def observe(
+        self,
+        target_id: str,
+        card_type: str,
+        model_id: str,
+        at_s: float,
+        ttft_s: float,
+        prompt_tokens: int | None = None,
+    ) -> None:
+        """Normalise one TTFT statistic (see `tier_statistic`) by its target's baseline and
+        hand it to every window."""
+        c = self.config
+        tier = (card_type, model_id)
+        baseline = self._target_baselines.get(target_id)
+        if baseline is None:
+            baseline = LogBaseline(c.baseline_tau_s, c.baseline_max_freeze_s)
+            self._target_baselines[target_id] = baseline
+        ratio = baseline.ratio(ttft_s) if baseline.count >= c.min_samples else None
+        for window in self.windows:
+            window.add(target_id, tier, at_s, ratio, prompt_tokens)
+        shifted = any(window.tripped(tier) for window in self.windows)
+        baseline.update(at_s, ttft_s, anomalous=shifted)
+
+    def rebaseline(self) -> None:
+        """Forget the per-target baselines and each window's trips (the routing policy
+        changed)."""
+        self._target_baselines = {}
+        for window in self.windows:
+            window.reset()
 
 
 def tier_statistic(ttft_s: float, prompt_tokens: int | None, floor_tokens: int) -> float:

@@ -31,7 +31,7 @@ from slaguard.guard.config import TtftZscoreConfig
 from slaguard.guard.histogram import SlidingLogHistogram
 from slaguard.guard.robust import log_floor, robust_zscores, sigma_from_iqr
 from slaguard.guard.samples import FirstToken, GuardSample
-from slaguard.guard.tier_shift import TierShift, tier_statistic
+from slaguard.guard.tier_shift import TierTest, tier_statistic
 from slaguard.guard.verdicts import Action, DetectorReport, JsonDict, Severity, Status, Verdict
 
 NAME = "ttft_zscore"
@@ -87,8 +87,7 @@ class TtftZscoreDetector:
         self._hist = SlidingLogHistogram(
             c.slice_s, c.slice_count, c.relative_accuracy, c.min_ttft_s, c.max_ttft_s
         )
-        fast = c.fast_tier()
-        self._tiers = (TierShift(c, NAME),) + (() if fast is None else (TierShift(fast, NAME),))
+        self._tier_test = TierTest(c, NAME)
         self._targets: dict[str, _TargetState] = {}
         self._zscores: dict[str, float] = {}
 
@@ -113,11 +112,10 @@ class TtftZscoreDetector:
         ttft = max(first.ttft_s, self.config.min_ttft_s)
         self._hist.add(first.target_id, first.at_s, ttft)
         statistic = tier_statistic(ttft, first.prompt_tokens, self.config.tier_prompt_floor_tokens)
-        for tiers in self._tiers:
-            tiers.observe(
-                first.target_id, first.card_type, first.model_id, first.at_s, statistic,
-                first.prompt_tokens,
-            )  # fmt: skip
+        self._tier_test.observe(
+            first.target_id, first.card_type, first.model_id, first.at_s, statistic,
+            first.prompt_tokens,
+        )  # fmt: skip
 
     def _target(self, target_id: str, card_type: str, model_id: str) -> None:
         if target_id not in self._targets:
@@ -132,8 +130,7 @@ class TtftZscoreDetector:
         c = self.config
         for state in self._targets.values():
             state.baseline = LogBaseline(c.baseline_tau_s, c.baseline_max_freeze_s)
-        for tiers in self._tiers:
-            tiers.rebaseline()
+        self._tier_test.rebaseline()
 
     def zscores(self) -> dict[str, float]:
         """Latest Z-score per scored target (targets with thin data are absent, not 0)."""
@@ -189,8 +186,8 @@ class TtftZscoreDetector:
         long window's when both trip), the evidence of each (`tiers`, `fast_tiers`)."""
         verdicts: dict[str, Verdict] = {}
         evidence: JsonDict = {}
-        for tiers, key in zip(self._tiers, ("tiers", "fast_tiers"), strict=False):
-            found, seen = tiers.evaluate(now_s)
+        for window, key in zip(self._tier_test.windows, ("tiers", "fast_tiers"), strict=False):
+            found, seen = window.evaluate(now_s)
             evidence[key] = seen["tiers"]
             for verdict in found:
                 verdicts.setdefault(verdict.subject, verdict)
