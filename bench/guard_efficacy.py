@@ -241,8 +241,8 @@ def promql_summary(
 
 def clean_row(fleet: Fleet, name: str, path: Path, scale: float, args: Any) -> dict[str, Any]:
     runs = {p: simulate(fleet, path, None, p, scale, args) for p in POLICIES}
-    guarded, shadow = runs["guarded"].guard, runs["learned"].guard
-    assert guarded is not None and shadow is not None
+    guarded, shadow, shadow_rr = (runs[p].guard for p in ("guarded", "learned", "round-robin"))
+    assert guarded is not None and shadow is not None and shadow_rr is not None
     promql = promql_summary(runs["learned"].results, fleet)
     return {
         "trace": name,
@@ -250,6 +250,7 @@ def clean_row(fleet: Fleet, name: str, path: Path, scale: float, args: Any) -> d
         "violation": {p: violation(r.results) for p, r in runs.items()},
         "trips": guarded.trips,
         "shadow_would_trip_s": would_trip_s(shadow),
+        "shadow_rr_would_trip_s": would_trip_s(shadow_rr),
         "demotions": len([d for d in guarded.demotions if d["action"] == "demote"]),
         "promql_firings": {k: v["firings_before"] for k, v in promql.items()},
         "wall_s": {p: round(r.wall_s, 1) for p, r in runs.items()},

@@ -19,17 +19,21 @@ def _yes(v: bool | None) -> str:
 
 def print_table(r: dict[str, Any]) -> None:
     print(f"guard efficacy, {r['fleet']} fleet, start={r['start']} ({r['machine']}, {r['date']})")
-    print("\nclean hours (goal: 0 trips); shadow = the guard watching the unguarded learned run")
     print(
-        f"{'trace':<14} {'scale':>5} {'trips':>5} {'shadow':>6} {'demote':>6} {'RR viol':>9} "
+        "\nclean hours (goal: 0 trips); shadow = the guard watching the unguarded learned run"
+        " / round-robin run"
+    )
+    print(
+        f"{'trace':<14} {'scale':>5} {'trips':>5} {'shadow':>7} {'demote':>6} {'RR viol':>9} "
         f"{'learned':>9} {'guarded':>9}  PromQL firings"
     )
     for c in r["clean"]:
         v = c["violation"]
         rules = ", ".join(f"{k}: {len(n)}" for k, n in c["promql_firings"].items())
-        shadow = len(c["shadow_would_trip_s"])
+        rr = c.get("shadow_rr_would_trip_s")
+        shadow = f"{len(c['shadow_would_trip_s'])}/{'-' if rr is None else len(rr)}"
         print(
-            f"{c['trace']:<14} {c['scale']:>5g} {len(c['trips']):>5} {shadow:>6} "
+            f"{c['trace']:<14} {c['scale']:>5g} {len(c['trips']):>5} {shadow:>7} "
             f"{c['demotions']:>6} {_pct(v['round-robin']):>9} {_pct(v['learned']):>9} "
             f"{_pct(v['guarded']):>9}  {rules}"
         )
