@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from slaguard.audit.from_scheduler import decision_head
+from slaguard.audit.lines import JournalEncoder
 from slaguard.audit.writer import open_writer
 from slaguard.fleet import Fleet, Priority, Request, build_fleet
 from slaguard.scheduler.core import Scheduler
@@ -134,11 +135,14 @@ def measure_with_writer(fleet: Fleet, reqs: list[Request], blocks: int = 10) -> 
     with the writer process flushing into SQLite meanwhile: `decide_writer_on` times the
     decision alone (the enqueue follows it, untimed: what the writer does to routing), and
     `decide_enqueue` times decide + enqueue (the routing path the service runs; its
-    enqueue part alone is `enqueue_in_loop`). Before each off block the writer has drained
-    (its process idle)."""
+    enqueue part alone is `enqueue_in_loop`). A third timed arm, `decide_encode`, builds
+    the journal line and drops it: the floor of any journal on the routing thread. Before
+    each off block the writer has drained (its process idle)."""
     sched = warm_scheduler(fleet, LEARNED, reqs)
     size = len(reqs) // blocks
-    arms: dict[str, list[np.ndarray]] = {"off": [], "decide": [], "decide_enqueue": []}
+    order = ("off", "decide", "decide_encode", "decide_enqueue")
+    arms: dict[str, list[np.ndarray]] = {arm: [] for arm in order}
+    encoder = JournalEncoder()
     enqueue_parts: list[np.ndarray] = []
     flushed_while_timed = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -146,24 +150,31 @@ def measure_with_writer(fleet: Fleet, reqs: list[Request], blocks: int = 10) -> 
             f"sqlite:///{tmp}/audit.db", spill_dir=Path(tmp) / "spill", migrate=True
         )
 
-        def enqueue(sched: Scheduler, d: Decision) -> None:
-            head = decision_head(
+        def head(sched: Scheduler, d: Decision) -> tuple[Any, ...]:
+            return decision_head(
                 d,
                 decided_at_s=time.time(),
                 fleet_mode="learned",
                 config_hash=sched.config_hash,
                 latency_s=0.0,
             )
-            writer.enqueue_decision(head, d.explanation)
+
+        def enqueue(sched: Scheduler, d: Decision) -> None:
+            writer.enqueue_decision(head(sched, d), d.explanation)
+
+        def encode(sched: Scheduler, d: Decision) -> None:
+            encoder.encode_raw(head(sched, d), d.explanation)
 
         try:
-            order = ("off", "decide", "decide_enqueue")
             for b in range(blocks):
                 chunk = reqs[b * size : (b + 1) * size]
-                for arm in order[b % 3 :] + order[: b % 3]:
+                for arm in order[b % len(order) :] + order[: b % len(order)]:
                     if arm == "off":
                         writer.wait_flushed(120)
                         arms[arm].append(timed_ns(sched, LEARNED, chunk))
+                        continue
+                    if arm == "decide_encode":
+                        arms[arm].append(timed_ns(sched, LEARNED, chunk, encode))
                         continue
                     before = writer.stats().records_flushed
                     timed = arm == "decide_enqueue"
@@ -176,15 +187,18 @@ def measure_with_writer(fleet: Fleet, reqs: list[Request], blocks: int = 10) -> 
             stats = writer.close(drain_timeout_s=120)
     off_s = summary(np.concatenate(arms["off"]))
     decide_s = summary(np.concatenate(arms["decide"]))
+    encode_s = summary(np.concatenate(arms["decide_encode"]))
     on_s = summary(np.concatenate(arms["decide_enqueue"]))
     return {
         "targets": len(fleet),
         "blocks": blocks,
         "writer_off": off_s,
         "decide_writer_on": decide_s,
+        "decide_encode": encode_s,
         "writer_on": on_s,
         "enqueue_in_loop": summary(np.concatenate(enqueue_parts)),
         "decide_p99_ratio": decide_s["p99_us"] / off_s["p99_us"],
+        "encode_p99_ratio": encode_s["p99_us"] / off_s["p99_us"],
         "p99_ratio": on_s["p99_us"] / off_s["p99_us"],
         "rows_written": stats.rows_written,
         "flushed_while_timed": flushed_while_timed,
@@ -257,6 +271,7 @@ def main() -> None:
     for name, arm, ratio in (
         ("writer off: decide", off, 1.0),
         ("writer on: decide (enqueue untimed)", dec, a["decide_p99_ratio"]),
+        ("decide + encode (line dropped)", a["decide_encode"], a["encode_p99_ratio"]),
         ("writer on: decide + enqueue", on, a["p99_ratio"]),
     ):
         print(
