@@ -202,7 +202,7 @@ def test_a_sample_reaches_the_guard_only_once_its_finish_time_has_passed(fleet: 
     decision = sim.scheduler.decide(workload.request(0), 0.0, LEARNED)
     guard.on_outcome(decision, 7.3, OutcomeInfo("ok", 0.2, 0.01, 7.3, True))
     assert guard.on_period(7.0, sim) == (LEARNED, "")
-    assert (guard.samples, guard.observed, guard.evaluations) == (1, 0, 1)
+    assert (guard.queued, guard.observed, guard.evaluations) == (1, 0, 1)
     guard.on_period(7.5, sim)
     assert (guard.observed, guard.evaluations) == (1, 1), "next evaluation at 8 s"
     guard.on_period(8.0, sim)

@@ -74,12 +74,14 @@ def releases_from(schedule: FaultSchedule, rate_scale: float = 1.0) -> tuple[Mod
 class GuardController(SimObserver):
     """Feeds the guard, applies its router inputs and takes its fleet mode every period.
 
-    After a run, `trips` holds one record per breaker trip (the report's `guard.trips`),
-    `trip_verdicts` when each tripping verdict was raised and ended, `demotions` the
-    per-target demote/restore verdicts, `incidents` the incident messages the notify line
-    would have sent, and `evaluations` the number of runs. With `act=False` the guard
-    runs in shadow: as one of the engine's observers it judges the fleet but never
-    touches the router (its mode answer is ignored), to measure it on an unguarded run.
+    After a run, `trips` holds one record per breaker trip (the report's `guard.trips`,
+    each with the incident it opened), `trip_verdicts` when each tripping verdict was
+    raised and ended, `demotions` the per-target demote/restore verdicts, `queued` the
+    inputs queued (first tokens and finished requests),
+    `observed` those handed to the guard so far, and `evaluations` the number of runs.
+    With `act=False` the guard runs in shadow: as one of the engine's observers it judges
+    the fleet but never touches the router (its mode answer is ignored), to measure it on
+    an unguarded run.
     """
 
     def __init__(
@@ -96,7 +98,7 @@ class GuardController(SimObserver):
         self.act = act
         self.interval_s = guard.config.evaluation_interval_s
         self.evaluations = 0
-        self.samples = 0
+        self.queued = 0
         self.observed = 0
         self.trips: list[JsonDict] = []
         self.trip_verdicts: list[JsonDict] = []
@@ -121,8 +123,8 @@ class GuardController(SimObserver):
             now_s, target.id, target.card.id, target.model.id, ttft_s,
             decision.request.prompt_tokens,
         )  # fmt: skip
-        self.samples += 1
-        heapq.heappush(self._waiting, (now_s, self.samples, first))
+        self.queued += 1
+        heapq.heappush(self._waiting, (now_s, self.queued, first))
 
     def on_outcome(self, decision: Decision, now_s: float, outcome: OutcomeInfo) -> None:
         """A finished request that reached a target is one guard sample."""
@@ -149,8 +151,8 @@ class GuardController(SimObserver):
             prompt_tokens=request.prompt_tokens,
             ttft_observed=outcome.ttft_s is not None,
         )
-        self.samples += 1
-        heapq.heappush(self._waiting, (now_s, self.samples, sample))
+        self.queued += 1
+        heapq.heappush(self._waiting, (now_s, self.queued, sample))
 
     def on_period(self, now_s: float, sim: Simulation) -> tuple[FleetMode, str]:
         """Evaluate when an evaluation is due; the guard's mode routes the next period."""
@@ -177,7 +179,8 @@ class GuardController(SimObserver):
         inputs.apply(sim.scheduler.state, self._index)
 
     def _record(self, now_s: float, events: list[GuardEvent]) -> str:
-        """Keep trips, demotions and incidents; the reason of the last mode change."""
+        """Keep trips (with their incidents) and demotions; the reason of the last mode
+        change."""
         reason = ""
         for event in events:
             if isinstance(event, BreakerEvent) and event.signal == "trip":
