@@ -213,3 +213,50 @@ def test_the_guard_section_of_the_config_reaches_the_detectors(tmp_path: Path) -
         assert config.hot_spot.trip_share == 0.2  # the rest keeps its defaults
     finally:
         service.close()
+
+
+def test_a_route_client_reports_the_first_token_and_it_counts_once(served: Served) -> None:
+    """`/v1/first-token` hands the TTFT detectors a routed request's TTFT while its answer
+    still streams; its `/v1/feedback` later does not count it again."""
+    s, replica = served, served.service.modes.replica
+    _push_telemetry(s)
+    body = {"model": MODEL, "prompt_tokens": 400, "max_new_tokens": 20}
+    out = s.client.post("/v1/route", json=body).json()
+    target, decision_id = out["target"], out["decision_id"]
+    counts = replica.guard.ttft._hist.count
+    replica.evaluate(s.clock.now)
+    before = counts(target)
+    r = s.client.post("/v1/first-token", json={"decision_id": decision_id, "ttft_s": 0.3})
+    assert r.status_code == 200 and r.json() == {"decision_id": decision_id, "fed": True}
+    replica.evaluate(s.clock.now)
+    assert counts(target) == before + 1
+    again = s.client.post("/v1/first-token", json={"decision_id": decision_id, "ttft_s": 0.4})
+    assert again.json()["fed"] is False, "the guard already has this TTFT"
+    s.clock.now += 2.0
+    fb = {"decision_id": decision_id, "ttft_s": 0.3, "e2e_s": 2.0}
+    assert s.client.post("/v1/feedback", json=fb).json()["recorded"] is True
+    replica.evaluate(s.clock.now)
+    assert counts(target) == before + 1, "the feedback did not count the TTFT again"
+    late = s.client.post("/v1/first-token", json={"decision_id": decision_id, "ttft_s": 0.3})
+    assert late.json()["fed"] is False, "finished"
+    missing = s.client.post("/v1/first-token", json={"decision_id": "never-routed", "ttft_s": 1})
+    assert missing.status_code == 404
+    assert missing.json()["error"].startswith("decision_id: no decision 'never-routed'")
+    bad = s.client.post("/v1/first-token", json={"decision_id": decision_id, "ttft_s": -1})
+    assert bad.status_code == 422 and bad.json()["error"].startswith("ttft_s")
+
+
+def test_without_the_first_token_the_feedback_brings_the_ttft(served: Served) -> None:
+    """The baseline of the test above: a request reported only with `/v1/feedback` reaches
+    the TTFT detectors at completion, once."""
+    s, replica = served, served.service.modes.replica
+    _push_telemetry(s)
+    body = {"model": MODEL, "prompt_tokens": 400, "max_new_tokens": 20}
+    out = s.client.post("/v1/route", json=body).json()
+    counts = replica.guard.ttft._hist.count
+    replica.evaluate(s.clock.now)
+    before = counts(out["target"])
+    fb = {"decision_id": out["decision_id"], "ttft_s": 0.3, "e2e_s": 2.0}
+    assert s.client.post("/v1/feedback", json=fb).status_code == 200
+    replica.evaluate(s.clock.now)
+    assert counts(out["target"]) == before + 1

@@ -261,11 +261,12 @@ class ServiceRuntime:
             self.audit_refused += 1
             log.error("decision %s not audited: %s", d.request_id, exc)
 
-    def first_token(self, entry: Pending, ttft_s: float) -> None:
-        """The gateway saw the answer's first token: the TTFT detectors get it now, not
-        when the answer ends (no I/O: a queue append)."""
+    def first_token(self, entry: Pending, ttft_s: float) -> bool:
+        """The answer's first token (seen by the gateway, or reported with
+        `/v1/first-token`): the TTFT detectors get it now, not when the answer ends (no
+        I/O: a queue append). False when the guard already has it or the request ended."""
         if entry.done or entry.ttft_fed or entry.target_index is None:
-            return
+            return False
         entry.ttft_fed = True
         target = self.fleet.targets[entry.target_index]
         self.modes.on_first_token(
@@ -274,6 +275,7 @@ class ServiceRuntime:
                 entry.prompt_tokens,
             )
         )  # fmt: skip
+        return True
 
     def finish(
         self,

@@ -62,6 +62,19 @@ class FeedbackRequest(_Body):
     completion_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
 
 
+class FirstTokenRequest(_Body):
+    """A routed request's first token, seen by a client that streams the answer itself."""
+
+    decision_id: str = Field(pattern=ID_PATTERN)
+    ttft_s: float = Field(ge=0, le=86_400)
+
+
+class FirstTokenResponse(BaseModel):
+    decision_id: str
+    fed: bool
+    """False when the guard already had this request's TTFT, or it has finished."""
+
+
 class FeedbackResponse(BaseModel):
     decision_id: str
     recorded: bool

@@ -31,6 +31,8 @@ from slaguard.service.schemas import (
     ErrorResponse,
     FeedbackRequest,
     FeedbackResponse,
+    FirstTokenRequest,
+    FirstTokenResponse,
     RouteRequest,
     RouteResponse,
     TelemetryRequest,
@@ -178,6 +180,33 @@ async def feedback(request: Request) -> Response:
             "sla_met": done.sla_met,
         }
     )
+
+
+@hot.post(
+    "/v1/first-token",
+    response_model=FirstTokenResponse,
+    responses=ERRORS,
+    summary="Report a routed request's first token while its answer still streams",
+    openapi_extra=json_body(FirstTokenRequest),
+)
+async def first_token(request: Request) -> Response:
+    """For clients that route with `/v1/route` and stream the answer themselves: the TTFT
+    detectors hear the TTFT now, not a decode later with `/v1/feedback` (which then does
+    not count it again)."""
+    try:
+        body = FirstTokenRequest.model_validate_json(await request.body())
+    except ValidationError as exc:
+        return invalid(exc)
+    rt = runtime_of(request)
+    entry = rt.pending.get(body.decision_id)
+    if entry is None:
+        return error_response(
+            404,
+            f"decision_id: no decision {body.decision_id!r} awaiting its first token; fix: "
+            "send the decision_id that POST /v1/route returned, before its /v1/feedback",
+        )
+    fed = rt.first_token(entry, body.ttft_s)
+    return json_response({"decision_id": body.decision_id, "fed": fed})
 
 
 async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> dict[str, Any]:
