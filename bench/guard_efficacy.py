@@ -1,8 +1,10 @@
 """Guard efficacy on the shared real traces (issue 5): false trips on clean hours, detection
 delay per fault, SLA violation during each fault against round-robin and the unguarded
 learned policy, and the in-process guard against PromQL z-score alert rules (each target
-against the fleet, and each target or card type against its own last hour) computed on
-the same simulated TTFT series. Results and their reading: docs/guard-efficacy.md.
+against the fleet, and each target or card type against its own last hour, recorded from
+the start of the run or "warm": with the same policy's clean run as the hour before)
+computed on the same simulated TTFT series. Results and their reading:
+docs/guard-efficacy.md.
 
 Rates: the Azure conversation hour at `--scale` (default 8, where round-robin violates the
 SLA for 5-20 % of requests, the band of bench/quality.py); the Mooncake hour at
@@ -36,7 +38,7 @@ from typing import Any
 
 import numpy as np
 from guard_efficacy_table import print_table
-from guard_promql import Firing, cross_zscore_firings, history_zscore_firings
+from guard_promql import promql_summary
 
 from slaguard.fleet import Fleet, load_fleet
 from slaguard.guard.config import BreakerConfig, GuardConfig
@@ -193,57 +195,12 @@ def first_demotion_s(
     )
 
 
-def promql_firings(results: Results, fleet: Fleet) -> dict[str, list[Firing]]:
-    """Every PromQL rule's firings (bench/guard_promql.py; z > 3, 15 s evaluations, 1-minute
-    windows, for: 1m): per target against the fleet (p99, mean) and against its model's
-    targets; per target and per card type against its own last hour (p99)."""
-    ids, cards = fleet.target_ids, fleet.card_ids
-    models = {t.id: t.model.id for t in fleet}
-    return {
-        "p99>3": cross_zscore_firings(results, ids, "p99"),
-        "mean>3": cross_zscore_firings(results, ids, "mean"),
-        "p99>3 by model": cross_zscore_firings(results, ids, "p99", groups=models),
-        "p99>3 vs own 1h": history_zscore_firings(results, ids, "p99"),
-        "p99>3 vs own 1h by card": history_zscore_firings(results, cards, "p99"),
-    }
-
-
-def promql_summary(
-    results: Results,
-    fleet: Fleet,
-    start_s: float = math.inf,
-    end_s: float = math.inf,
-    targets: str = "",
-) -> dict[str, Any]:
-    """Each rule's firings before `start_s`, and its first firing in [start, end] on a
-    series covering a target whose id contains `targets` (a card type's series covers
-    its targets; an alert on another series detects nothing)."""
-    covers = {t.id: [t.id] for t in fleet} | {
-        card: [t.id for t in fleet if t.card.id == card] for card in fleet.card_types()
-    }
-    out: dict[str, Any] = {}
-    for name, fires in promql_firings(results, fleet).items():
-        first = next(
-            (
-                t
-                for t, label in fires
-                if start_s <= t <= end_s and any(targets in i for i in covers[label])
-            ),
-            None,
-        )
-        out[name] = {
-            "firings_before": [(t, label) for t, label in fires if t < start_s],
-            "first_in_window_s": first,
-            "delay_s": None if first is None else first - start_s,
-        }
-    return out
-
-
 def clean_row(fleet: Fleet, name: str, path: Path, scale: float, args: Any) -> dict[str, Any]:
     runs = {p: simulate(fleet, path, None, p, scale, args) for p in POLICIES}
     guarded, shadow, shadow_rr = (runs[p].guard for p in ("guarded", "learned", "round-robin"))
     assert guarded is not None and shadow is not None and shadow_rr is not None
-    promql = promql_summary(runs["learned"].results, fleet)
+    learned = runs["learned"].results
+    promql = promql_summary(learned, fleet, prior=learned)
     return {
         "trace": name,
         "scale": scale,
@@ -297,7 +254,14 @@ def fault_row(fleet: Fleet, name: str, scale: float, args: Any) -> dict[str, Any
         "meets_rr": None if rr is None or g is None else g <= rr * RR_RATIO_GOAL,
         "meets_learned": None if learned is None or g is None else g < learned,
         "promql": {
-            p: promql_summary(runs[p].results, fleet, start, end, case.promql_targets)
+            p: promql_summary(
+                runs[p].results,
+                fleet,
+                start,
+                end,
+                case.promql_targets,
+                clean_run(fleet, p, scale, args),
+            )
             for p in ("learned", "round-robin")
         },
         "mode_timeline": [
@@ -305,6 +269,18 @@ def fault_row(fleet: Fleet, name: str, scale: float, args: Any) -> dict[str, Any
         ],
         "wall_s": {p: round(r.wall_s, 1) for p, r in runs.items()},
     }
+
+
+_CLEAN_RUNS: dict[tuple[str, float, int], Results] = {}
+
+
+def clean_run(fleet: Fleet, policy: str, scale: float, args: Any) -> Results:
+    """The fault trace's run of `policy` without a fault (simulated once per policy and
+    rate): the warm own-history rules' hour before."""
+    key = (policy, scale, args.seed)
+    if key not in _CLEAN_RUNS:
+        _CLEAN_RUNS[key] = simulate(fleet, default_trace_path(), None, policy, scale, args).results
+    return _CLEAN_RUNS[key]
 
 
 def shadow_delay_s(run: Run, case: FaultCase, start_s: float, end_s: float) -> float | None:

@@ -15,17 +15,21 @@ or with avg and stddev per model (`avg by (model)`, matched `on (model)`).
 Against its own history (`history_zscore_firings`, the usual anomaly-detection pattern):
     (x - avg_over_time(x[1h])) / stddev_over_time(x[1h]) > 3
 
-Every alert has `for: 1m` (evaluation_interval: 15s). Used by bench/guard_efficacy.py;
-tested in tests/test_sim_guard_promql.py.
+Every alert has `for: 1m` (evaluation_interval: 15s). `promql_firings` applies every rule
+to a simulated run of a fleet, `promql_summary` judges them against a fault's window.
+Used by bench/guard_efficacy.py; tested in tests/test_sim_guard_promql.py.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from slaguard.fleet import Fleet
 from slaguard.sim.results import Results
 
 Firing = tuple[float, str]
@@ -140,15 +144,86 @@ def history_zscore_firings(
     window_s: float = 60.0,
     history_s: float = 3600.0,
     for_s: float = 60.0,
+    prior: Results | None = None,
 ) -> list[Firing]:
     """Each series z-scored against its own recorded values over (t - history_s, t], the
-    current one included (as `avg_over_time(x[1h])` includes it). The recording starts
-    with the simulation, so until `history_s` has passed the history is what exists so
-    far, as in a Prometheus started with the fleet: with n values, one of them scores at
-    most sqrt(n - 1) (Samuelson), so no evaluation is true before the 11th (165 s)."""
+    current one included (as `avg_over_time(x[1h])` includes it). Without `prior` the
+    recording starts with the simulation, so until `history_s` has passed the history is
+    what exists so far, as in a Prometheus started with the fleet: with n values, one of
+    them scores at most sqrt(n - 1) (Samuelson), so no evaluation is true before the 11th
+    (165 s). `prior`, a clean run of the same fleet, stands for the hours before: its
+    recorded values, repeated, fill the history the run has not recorded yet (a
+    Prometheus that has watched this fleet for a while)."""
     rec = record(results, series, stat, eval_s, window_s)
+    rows = round(history_s / eval_s)
+    warm = np.empty((0, len(rec.labels)))
+    if prior is not None:
+        before = record(prior, series, stat, eval_s, window_s)
+        assert before.labels == rec.labels, "the prior run must record the same series"
+        reps = -(-rows // max(len(before.times), 1))
+        warm = np.tile(before.values, (reps, 1))[-rows:]
     condition = np.zeros(rec.values.shape, dtype=bool)
     for k, t in enumerate(rec.times):
         lo = int(np.searchsorted(rec.times, t - history_s, side="right"))
-        condition[k] = zscore_above(rec.values[k], rec.values[lo : k + 1], threshold)
+        own = rec.values[lo : k + 1]
+        need = min(rows - len(own), len(warm))
+        pool = np.vstack((warm[len(warm) - need :], own)) if need > 0 else own
+        condition[k] = zscore_above(rec.values[k], pool, threshold)
     return alert_firings(rec, condition, for_s)
+
+
+def promql_firings(
+    results: Results, fleet: Fleet, prior: Results | None = None
+) -> dict[str, list[Firing]]:
+    """Every PromQL rule's firings (bench/guard_promql.py; z > 3, 15 s evaluations, 1-minute
+    windows, for: 1m): per target against the fleet (p99, mean) and against its model's
+    targets; per target and per card type against its own last hour (p99), recorded from
+    the start of the run and, with `prior` (a clean run of the same policy), with that
+    run's values as the hour before ("warm")."""
+    ids, cards = fleet.target_ids, fleet.card_ids
+    models = {t.id: t.model.id for t in fleet}
+    rules = {
+        "p99>3": cross_zscore_firings(results, ids, "p99"),
+        "mean>3": cross_zscore_firings(results, ids, "mean"),
+        "p99>3 by model": cross_zscore_firings(results, ids, "p99", groups=models),
+        "p99>3 vs own 1h": history_zscore_firings(results, ids, "p99"),
+        "p99>3 vs own 1h by card": history_zscore_firings(results, cards, "p99"),
+    }
+    if prior is not None:
+        rules["p99>3 vs own 1h, warm"] = history_zscore_firings(results, ids, "p99", prior=prior)
+        rules["p99>3 vs own 1h by card, warm"] = history_zscore_firings(
+            results, cards, "p99", prior=prior
+        )
+    return rules
+
+
+def promql_summary(
+    results: Results,
+    fleet: Fleet,
+    start_s: float = math.inf,
+    end_s: float = math.inf,
+    targets: str = "",
+    prior: Results | None = None,
+) -> dict[str, Any]:
+    """Each rule's firings before `start_s`, and its first firing in [start, end] on a
+    series covering a target whose id contains `targets` (a card type's series covers
+    its targets; an alert on another series detects nothing)."""
+    covers = {t.id: [t.id] for t in fleet} | {
+        card: [t.id for t in fleet if t.card.id == card] for card in fleet.card_types()
+    }
+    out: dict[str, Any] = {}
+    for name, fires in promql_firings(results, fleet, prior).items():
+        first = next(
+            (
+                t
+                for t, label in fires
+                if start_s <= t <= end_s and any(targets in i for i in covers[label])
+            ),
+            None,
+        )
+        out[name] = {
+            "firings_before": [(t, label) for t, label in fires if t < start_s],
+            "first_in_window_s": first,
+            "delay_s": None if first is None else first - start_s,
+        }
+    return out

@@ -97,3 +97,17 @@ def test_a_clean_series_never_fires_against_its_own_history() -> None:
     spike = series(lambda i, t: 1.0 if i == 0 and t == 837 else 0.1, seconds=1200)
     assert promql.history_zscore_firings(spike, IDS, "p99") == []
     assert promql.history_zscore_firings(spike, IDS, "p99", for_s=45.0) == [(885.0, "0")]
+
+
+def test_a_warm_history_lets_an_early_step_fire() -> None:
+    """The step from 100 s that a fresh recording absorbs (6 values of history) fires with
+    a clean run's values standing in for the hour before: at 105 s one stepped value among
+    240 scores sqrt(239) > 3, and k of them keep scoring sqrt((240 - k) / k) > 3 while k <
+    24, so it is pending from 105 s and fires at 165 s, per target and per card type."""
+    early = series(lambda i, t: 0.3 if i < 6 and t >= 100 else 0.1)
+    clean = series(lambda i, t: 0.1 + 0.001 * (t % 7), seconds=438)
+    assert promql.history_zscore_firings(early, CARDS, "p99") == []
+    assert promql.history_zscore_firings(early, CARDS, "p99", prior=clean) == [(165.0, "slow")]
+    fired = promql.history_zscore_firings(early, IDS, "p99", prior=clean)
+    assert fired == [(165.0, str(i)) for i in range(6)]
+    assert promql.history_zscore_firings(clean, IDS, "p99", prior=clean) == []
