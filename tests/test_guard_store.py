@@ -25,7 +25,10 @@ from slaguard.guard.samples import GuardSample
 from slaguard.guard.store import TRANSITION_KEY, GuardStore
 from slaguard.scheduler.rollout import ROUND_ROBIN, Arm, FleetMode, ModeKind, RolloutPlan
 
-T0 = 1_796_000_000.0
+T0 = float(int(time.time()) + 3_600)
+"""An hour ahead of the wall clock: the migration seeds the fleet state's `since` with the
+wall time, and the cold-start baseline (60 s) must be over by the first step at T0 + 61 s
+(a fixed T0 broke the day the wall clock passed it)."""
 PLAN = RolloutPlan(baseline_s=60.0, stage_s=30.0)
 R10, R50 = FleetMode(ModeKind.ROLLOUT, 10), FleetMode(ModeKind.ROLLOUT, 50)
 BREAKER = BreakerConfig(auto_return=True, cooldown_s=0.0, clear_after=1, max_switches_per_hour=6)
