@@ -44,7 +44,7 @@ from sqlalchemy.engine import URL, make_url
 from slaguard.audit import service
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.from_scheduler import decision_head, record_from_head
-from slaguard.audit.lines import decision_row
+from slaguard.audit.lines_decode import decision_row
 from slaguard.audit.migrate import upgrade
 from slaguard.audit.records import DecisionRecord, IncidentRecord, PriorityName
 from slaguard.audit.sink import DECISION_COLUMNS, OUTCOME_COLUMNS

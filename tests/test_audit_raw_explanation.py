@@ -19,12 +19,12 @@ from slaguard.audit.lines import (
     RAW_DECISION_TAG,
     DecisionHeader,
     JournalEncoder,
-    decode_lines,
     escape_blob,
     fleet_header,
     json_encoder,
     unescape_blob,
 )
+from slaguard.audit.lines_decode import decode_lines
 from slaguard.audit.lines_legacy import RawArray, RawExplanation
 from slaguard.audit.records import DecisionRecord
 from slaguard.audit.spill import SEGMENT_SUFFIX

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slaguard.audit.lines import decision_row, decode_lines, encode_record
+from slaguard.audit.lines import encode_record
+from slaguard.audit.lines_decode import decision_row, decode_lines
 from slaguard.audit.records import DecisionRecord, OutcomeRecord
 
 

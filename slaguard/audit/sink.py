@@ -29,7 +29,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.sql.expression import TableClause
 from sqlalchemy.types import TypeEngine
 
-from slaguard.audit.lines import DecodedBatch
+from slaguard.audit.lines_decode import DecodedBatch
 from slaguard.audit.models import UtcDateTime
 
 DECISION_COLUMNS: tuple[str, ...] = (

@@ -27,7 +27,8 @@ import msgspec
 from sqlalchemy import Engine
 
 from slaguard.audit.engine import create_audit_engine
-from slaguard.audit.lines import FLEET_TAG, FleetLabels, decode_lines
+from slaguard.audit.lines import FLEET_TAG, FleetLabels
+from slaguard.audit.lines_decode import decode_lines
 from slaguard.audit.sink import is_unreachable, write_batch
 from slaguard.audit.spill import read_journal, segment_files
 
