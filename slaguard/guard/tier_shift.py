@@ -242,6 +242,18 @@ class TierTest:
         shifted = any(window.tripped(tier) for window in self.windows)
         baseline.update(at_s, ttft_s, anomalous=shifted)
 
+    def evaluate(self, now_s: float) -> tuple[list[Verdict], JsonDict]:
+        """Both windows: one verdict per card type (the long window's when both trip), the
+        evidence of each (`tiers`, `fast_tiers`)."""
+        verdicts: dict[str, Verdict] = {}
+        evidence: JsonDict = {}
+        for window, key in zip(self.windows, ("tiers", "fast_tiers"), strict=False):
+            found, seen = window.evaluate(now_s)
+            evidence[key] = seen["tiers"]
+            for verdict in found:
+                verdicts.setdefault(verdict.subject, verdict)
+        return list(verdicts.values()), evidence
+
     def rebaseline(self) -> None:
         """Forget the per-target baselines and each window's trips (the routing policy
         changed)."""

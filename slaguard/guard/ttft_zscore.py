@@ -157,7 +157,7 @@ class TtftZscoreDetector:
                 counts[target] = n
                 noise[target] = self._read_noise_factor(q, n)
                 spreads.append(self._log_spread(target))
-        tier_verdicts, tier_evidence = self._tier_verdicts(now_s)
+        tier_verdicts, tier_evidence = self._tier_test.evaluate(now_s)
         gate: JsonDict = {
             "scored_targets": len(p99s),
             "min_scored_targets": c.min_scored_targets,
@@ -180,18 +180,6 @@ class TtftZscoreDetector:
             self._targets[target].baseline.update(now_s, p99, anomalous)
         trips = any(v.action is Action.TRIP for v in verdicts)
         return DetectorReport(NAME, Status.ANOMALOUS if trips else Status.OK, tuple(verdicts), gate)
-
-    def _tier_verdicts(self, now_s: float) -> tuple[list[Verdict], JsonDict]:
-        """The tier test on its window and on the short one: one verdict per card type (the
-        long window's when both trip), the evidence of each (`tiers`, `fast_tiers`)."""
-        verdicts: dict[str, Verdict] = {}
-        evidence: JsonDict = {}
-        for window, key in zip(self._tier_test.windows, ("tiers", "fast_tiers"), strict=False):
-            found, seen = window.evaluate(now_s)
-            evidence[key] = seen["tiers"]
-            for verdict in found:
-                verdicts.setdefault(verdict.subject, verdict)
-        return list(verdicts.values()), evidence
 
     def _log_spread(self, target: str) -> float:
         """Sigma of log TTFT from the target's interquartile range."""
