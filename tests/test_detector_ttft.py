@@ -107,6 +107,30 @@ def test_the_short_tier_window_finds_a_3x_jitter_sooner() -> None:
     assert sum(long_only) - sum(both) >= 10
 
 
+def test_a_tier_narrower_than_the_rest_is_judged_on_its_own_spread() -> None:
+    """The L40S tier's TTFT spreads by sigma 0.4, the rest of the fleet's by 0.8 (in the
+    simulator the L40S tier's log spread is ~0.43 against the rest's ~0.62). Its median is
+    judged on its own spread, capped in the short window by the long window's (a step
+    inside 10 s widens the short window's spread): over five seeds a 3x jitter trips after
+    18 / 14 / 20 / 15 / 6 s, 73 in all; on the rest's spread alone (before) 20 / 14 / 20 /
+    20 / 9, 83."""
+
+    def first_trip(seed: int) -> int:
+        det = TtftZscoreDetector()
+
+        def slow(s: GuardSample) -> float:
+            return 3.0 if s.card_type == "l40s" and s.at_s >= FAULT_AT else 1.0
+
+        workload = Workload(seed=seed, sigma=0.8, sigma_by_card=(("l40s", 0.4),))
+        stream = workload.samples(0, FAULT_AT + 120, slow)
+        trips = _trips(list(run_seconds(det, stream, 1, FAULT_AT + 120, det.evaluate)))
+        assert trips and trips[0] >= (FAULT_AT, "card:l40s")
+        return trips[0][0] - FAULT_AT
+
+    delays = [first_trip(seed) for seed in (1, 2, 3, 4, 5)]
+    assert max(delays) <= 20 and sum(delays) <= 76, delays
+
+
 def test_single_target_persistent_anomaly_demotes_then_restores_without_fleet_trip() -> None:
     det = TtftZscoreDetector()
 

@@ -15,13 +15,16 @@ A tier trips when its median is at least `tier_min_ratio` times the rest's and a
 `tier_min_ratio` times its own baseline (effect size: a tier that only looks slow because
 the rest of the fleet got faster has not shifted) and the difference of the log medians
 is at least `tier_z_threshold` standard errors (SE of a median = 1.2533 x sigma /
-sqrt(n); sigma from the rest of the fleet's interquartile range, which has many more
-samples than one tier, floored at ln(1 + `mad_floor_rel`)): thin or heavy-tailed data
-needs a larger shift before it counts. The tier's own log median must also be
-`tier_z_threshold` standard errors from its baseline, on the tier's own spread
-(`z_own`): when the rest of the fleet gets faster (prefix-cache hits), a tier whose median
-sits a little over `tier_min_ratio` inside a wide spread of its own (an overloaded
-queue) is not slow; a 3x slowdown moves the median far more than its spread.
+sqrt(n); each median on its own spread, sigma from its interquartile range floored at
+ln(1 + `mad_floor_rel`), the tier's at most the rest's: the rest has many more samples,
+and a tier as spread as the rest is judged as before): thin or heavy-tailed data needs a
+larger shift before it counts. The tier's own log median must also be `tier_z_threshold`
+standard errors from its baseline, on the tier's own spread (`z_own`): when the rest of
+the fleet gets faster (prefix-cache hits), a tier whose median sits a little over
+`tier_min_ratio` inside a wide spread of its own (an overloaded queue) is not slow; a 3x
+slowdown moves the median far more than its spread. In the short window the tier's
+spread is at most the long window's: a step inside the last 10 s puts the old and the
+new TTFTs side by side and widens the short window's spread exactly when it should judge.
 
 Like load with like, when the samples carry prompt lengths: the statistic is TTFT per
 prompt token (`tier_statistic`), and a tier is excused while it is *loaded*: the prompt
@@ -39,6 +42,7 @@ in-flight count would excuse the very slowdown it should expose.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -69,6 +73,8 @@ class TierShift:
         self._work_since: dict[tuple[str, str], float] = {}
         self._work_baselines: dict[tuple[str, str], LogBaseline] = {}
         self._loaded_until: dict[tuple[str, str], float] = {}
+        self.own_spreads: dict[tuple[str, str], float] = {}
+        """Each judged tier's own log spread at the last evaluation (before any cap)."""
 
     def add(
         self,
@@ -123,9 +129,22 @@ class TierShift:
     def _log_quantile(self, counts: np.ndarray, q: float) -> float:
         return math.log(self._hist.quantile_of(counts, q))
 
-    def evaluate(self, now_s: float) -> tuple[list[Verdict], JsonDict]:
-        """Trip verdicts for tiers that shifted, and the evidence of every judged tier."""
+    def _log_spread(self, counts: np.ndarray) -> float:
+        """Sigma of the log statistic from its interquartile range, floored."""
+        iqr = self._log_quantile(counts, 0.75) - self._log_quantile(counts, 0.25)
+        return max(sigma_from_iqr(iqr), log_floor(self.config.mad_floor_rel))
+
+    def evaluate(
+        self, now_s: float, spread_caps: Mapping[tuple[str, str], float] | None = None
+    ) -> tuple[list[Verdict], JsonDict]:
+        """Trip verdicts for tiers that shifted, and the evidence of every judged tier.
+
+        `spread_caps`: each tier's own log spread over a longer window (that window's
+        `own_spreads`). A step inside this window puts two populations side by side and
+        widens its spread for as long as the window straddles the step; the longer window
+        holds few of the new samples yet, so the smaller of the two is the tier's spread."""
         c = self.config
+        self.own_spreads = {}
         self._hist.advance(now_s)
         fleet = self._hist.counts(_FLEET)
         tiers: JsonDict = {}
@@ -141,12 +160,13 @@ class TierShift:
             if min(n_mine, n_rest) < c.tier_min_samples:
                 continue
             m_tier, m_rest = self._log_quantile(mine, 0.5), self._log_quantile(rest, 0.5)
-            iqr = self._log_quantile(rest, 0.75) - self._log_quantile(rest, 0.25)
-            sigma = max(sigma_from_iqr(iqr), log_floor(c.mad_floor_rel))
-            se = _MEDIAN_SE * sigma * math.sqrt(1 / n_mine + 1 / n_rest)
+            sigma, own_sigma = self._log_spread(rest), self._log_spread(mine)
+            self.own_spreads[tier] = own_sigma
+            if spread_caps is not None and tier in spread_caps:
+                own_sigma = min(own_sigma, spread_caps[tier])
+            tier_sigma = min(own_sigma, sigma)
+            se = _MEDIAN_SE * math.sqrt(tier_sigma**2 / n_mine + sigma**2 / n_rest)
             ratio, own, z = math.exp(m_tier - m_rest), math.exp(m_tier), (m_tier - m_rest) / se
-            own_iqr = self._log_quantile(mine, 0.75) - self._log_quantile(mine, 0.25)
-            own_sigma = max(sigma_from_iqr(own_iqr), log_floor(c.mad_floor_rel))
             z_own = m_tier / (_MEDIAN_SE * own_sigma / math.sqrt(n_mine))
             load = self._load_ratio(tier, now_s)
             tiers[_key(tier)] = {
@@ -159,6 +179,8 @@ class TierShift:
                 "rest_ratio_to_baseline": round(math.exp(m_rest), 4),
                 "z": round(z, 3),
                 "z_own": round(z_own, 3),
+                "log_spread": round(own_sigma, 4),
+                "rest_log_spread": round(sigma, 4),
                 "samples": n_mine,
                 "rest_samples": n_rest,
                 "load_ratio_to_baseline": None if load is None else round(load, 4),
@@ -247,8 +269,10 @@ class TierTest:
         evidence of each (`tiers`, `fast_tiers`)."""
         verdicts: dict[str, Verdict] = {}
         evidence: JsonDict = {}
+        caps = None
         for window, key in zip(self.windows, ("tiers", "fast_tiers"), strict=False):
-            found, seen = window.evaluate(now_s)
+            found, seen = window.evaluate(now_s, caps)
+            caps = window.own_spreads
             evidence[key] = seen["tiers"]
             for verdict in found:
                 verdicts.setdefault(verdict.subject, verdict)

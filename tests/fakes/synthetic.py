@@ -35,19 +35,22 @@ class Workload:
     sigma: float = 0.5
     deadline_s: float = 4.0
     seed: int = 7
+    sigma_by_card: tuple[tuple[str, float], ...] = ()
+    """Card types whose TTFT spreads by another sigma than `sigma`."""
 
     def samples(
         self, start_s: float, end_s: float, slowdown: Slowdown | None = None
     ) -> Iterator[GuardSample]:
         """Samples in arrival order; `slowdown(sample)` multiplies a sample's TTFT."""
         rng = np.random.default_rng(self.seed)
+        sigmas = dict(self.sigma_by_card)
         t = start_s
         while True:
             t += float(rng.exponential(1.0 / self.rate_per_s))
             if t >= end_s:
                 return
             target, card, model, median = FLEET[int(rng.integers(len(FLEET)))]
-            ttft = median * float(np.exp(rng.normal(0.0, self.sigma)))
+            ttft = median * float(np.exp(rng.normal(0.0, sigmas.get(card, self.sigma))))
             base = GuardSample(t, target, card, model, True, self.deadline_s, ttft, Arm.ROUND_ROBIN)
             factor = slowdown(base) if slowdown else 1.0
             ttft *= factor
