@@ -214,9 +214,10 @@ def clean_row(fleet: Fleet, name: str, path: Path, scale: float, args: Any) -> d
     }
 
 
-def fault_row(fleet: Fleet, name: str, scale: float, args: Any) -> dict[str, Any]:
+def fault_row(
+    fleet: Fleet, name: str, scale: float, args: Any, start_s: float, label: str
+) -> dict[str, Any]:
     case = FAULTS[name]
-    start_s = args.fault_start
     entry = case.entry.format(start=start_s, end_long=start_s + 1000, end_short=start_s + 400)
     runs = {p: simulate(fleet, default_trace_path(), entry, p, scale, args) for p in POLICIES}
     guarded = runs["guarded"].guard
@@ -238,6 +239,8 @@ def fault_row(fleet: Fleet, name: str, scale: float, args: Any) -> dict[str, Any
     rr, learned, g = window["round-robin"], window["learned"], window["guarded"]
     return {
         "fault": name,
+        "label": label,
+        "fault_start_trace_s": start_s,
         "entry": entry,
         "window_s": [start, end],
         "goal_delay_s": case.goal_s,
@@ -306,6 +309,7 @@ def promql_comparison(row: dict[str, Any], series: str) -> dict[str, Any]:
     ratio = min(ratios.values()) if ratios else None
     return {
         "fault": row["fault"],
+        "label": row["label"],
         "series": series,
         "guard_delay_s": guard_delay,
         "promql_delay_s": rules,
@@ -325,7 +329,12 @@ def run(args: Any) -> dict[str, Any]:
         "mooncake-conv": (mooncake_trace_path(), args.mooncake_scale),
     }
     clean = [clean_row(fleet, name, *traces[name], args) for name in args.clean]
-    faults = [fault_row(fleet, name, args.scale, args) for name in args.faults]
+    sweep = len(args.fault_start) > 1
+    faults = [
+        fault_row(fleet, name, args.scale, args, start, f"{name}@{start:g}" if sweep else name)
+        for start in args.fault_start
+        for name in args.faults
+    ]
     compared = [
         promql_comparison(f, series) for f in faults for series in ("learned", "round-robin")
     ]
@@ -346,6 +355,17 @@ def run(args: Any) -> dict[str, Any]:
     }
 
 
+def fault_starts(parser: argparse.ArgumentParser, text: str) -> list[float]:
+    """`--fault-start` as trace seconds: one or more non-negative numbers."""
+    try:
+        starts = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        parser.error(f"--fault-start {text!r}: expected trace seconds such as 1000 or 500,1500")
+    if not starts or min(starts) < 0:
+        parser.error(f"--fault-start {text!r}: expected trace seconds >= 0, e.g. 1000 or 500,1500")
+    return starts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--scale", type=float, default=8.0, help="Azure hour rate scale")
@@ -355,12 +375,17 @@ def main() -> None:
     parser.add_argument("--stage-s", type=float, default=20.0, help="with --start plan")
     parser.add_argument("--clean", default="azure-conv,mooncake-conv", help="clean hours")
     parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset")
-    parser.add_argument("--fault-start", type=float, default=FAULT_START_S, help="trace s")
+    parser.add_argument(
+        "--fault-start",
+        default=f"{FAULT_START_S:g}",
+        help="trace s; comma-separated to run every fault from each (a sweep)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args()
     args.clean = [c for c in args.clean.split(",") if c]
     args.faults = [f for f in args.faults.split(",") if f]
+    args.fault_start = fault_starts(parser, args.fault_start)
     result = run(args)
     if args.json:
         print(json.dumps(result, indent=2, default=str))

@@ -51,7 +51,7 @@ def print_table(r: dict[str, Any]) -> None:
         if f["trips_before_fault"]:
             what += f" ({len(f['trips_before_fault'])} trip(s) before the fault)"
         print(
-            f"{f['fault']:<11} {_s(f['delay_s']):>6} {_s(f['shadow_delay_s']):>6} "
+            f"{f.get('label', f['fault']):<11} {_s(f['delay_s']):>6} {_s(f['shadow_delay_s']):>6} "
             f"{_s(f['goal_delay_s']):>5} {_pct(v['round-robin']):>8} {_pct(v['learned']):>8} "
             f"{_pct(v['guarded']):>8}  {_yes(f['meets_rr']):>9} {_yes(f['meets_learned']):>8}  "
             f"{what}"
@@ -74,6 +74,5 @@ def print_table(r: dict[str, Any]) -> None:
         else:
             ratio = "-" if c["ratio"] is None else f"{c['ratio']:.1f}x"
             verdict = f"{ratio} ({_yes(c['meets'])} >= {goal})"
-        print(
-            f"{c['fault']:<11} {c['series']:<12} {rules}; guard {_s(c['guard_delay_s'])}; {verdict}"
-        )
+        label, guard = c.get("label", c["fault"]), _s(c["guard_delay_s"])
+        print(f"{label:<11} {c['series']:<12} {rules}; guard {guard}; {verdict}")
