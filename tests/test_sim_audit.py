@@ -59,6 +59,7 @@ def test_every_simulated_request_lands_once_and_explains(sqlite_url: URL, tmp_pa
             "detector": "ttft_zscore",
             "at_s": 12.0,
             "subject": "card_type:l40s",
+            "summary": "card tier l40s: median TTFT 2.5x the rest's",
             "evidence": {"z": 5.1},
         }
     ]
@@ -84,6 +85,11 @@ def test_every_simulated_request_lands_once_and_explains(sqlite_url: URL, tmp_pa
     )
     assert inc.exit_code == 0, inc.output
     assert "ttft_zscore" in inc.output
+    listed = runner.invoke(app, ["incidents", "--db", db, "--format", "json"])
+    assert listed.exit_code == 0, listed.output
+    assert [i["summary"] for i in json.loads(listed.output)] == [
+        "card tier l40s: median TTFT 2.5x the rest's"
+    ]
     summary = runner.invoke(
         app, ["audit", "summary", "--since", "-3h", "--db", db, "--format", "json"]
     )

@@ -85,7 +85,11 @@ class AuditObserver(SimObserver):
                         detector=str(trip["detector"]),
                         severity=str(trip.get("severity", "critical")),
                         subject=str(trip["subject"]),
-                        evidence={**trip.get("evidence", {}), "simulated": True},
+                        evidence={
+                            "summary": str(trip.get("summary", "")),
+                            **trip.get("evidence", {}),
+                            "simulated": True,
+                        },
                         resolved_at_s=self.base + resolved,
                         notification_state="simulated",
                     ),
