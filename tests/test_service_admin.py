@@ -205,7 +205,12 @@ def test_alertmanager_rollback_is_recorded_with_its_incident(admin: Admin) -> No
 def test_status_names_the_guard_leader_and_a_resume_resolves_the_alert_incident(
     admin: Admin,
 ) -> None:
+    # the detectors run every second on the service's scheduler: wait for the first run
+    deadline = time.monotonic() + 10
     guard = admin.client.get("/v1/status").json()["guard"]
+    while guard["evaluations"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        guard = admin.client.get("/v1/status").json()["guard"]
     assert guard["leader"] is True and guard["lease"] == "file lock"
     assert guard["evaluations"] >= 1 and guard["persist_errors"] == 0
     r = admin.client.post("/v1/mode", json={"action": "resume", "reason": "ok"}, headers=AUTH)
