@@ -91,6 +91,28 @@ def test_summary_table_and_csv(db: str) -> None:
     assert set(frame["policy_arm"]) == {"learned", "round_robin"}
 
 
+def test_shares_on_a_fleet_file_that_lacks_the_targets_are_flagged(db: str, tmp_path: Path) -> None:
+    """The run was routed on the built-in fleet: its shares need no warning; a fleet file
+    holding one of its 19 targets (a service run elsewhere) leaves 18 shares blank and
+    says so, naming the fix."""
+    quiet = runner.invoke(app, ["audit", "summary", "--db", db, *WINDOW, "-f", "csv"])
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    other = tmp_path / "other.yaml"
+    other.write_text("targets:\n  - {id: h200-8b, model: llama3.1-8b, card: h200}\n")
+    for args in (["summary", *WINDOW], ["incident", "1"]):
+        result = runner.invoke(app, ["audit", *args, "--db", db, "--fleet", str(other)])
+        assert result.exit_code == 0, result.output
+        assert result.stderr.startswith(
+            f"warning: capacity shares are computed on {other}, which lacks 18 of these "
+            "targets (a100-70b, a100-8b, ascend-70b, ascend-8b-0 and 14 more); pass --fleet"
+        ), result.stderr
+    frame = pd.read_csv(io.StringIO(runner.invoke(
+        app, ["audit", "summary", "--db", db, *WINDOW, "-f", "csv", "--fleet", str(other)]
+    ).stdout))  # fmt: skip
+    known = frame[frame["target_id"] == "h200-8b"]
+    assert (known["capacity_share"] == 1.0).all() and frame["capacity_share"].isna().sum() > 0
+
+
 def test_incident_timeline_and_plot(db: str, tmp_path: Path) -> None:
     png = tmp_path / "incident.png"
     result = runner.invoke(app, ["audit", "incident", "1", "--db", db, "--plot", str(png)])
@@ -138,6 +160,9 @@ def test_bad_input_gets_one_line_and_exit_2(db: str, tmp_path: Path) -> None:
     assert "no incident with id 42" in one_line_error("audit", "incident", "42", "--db", db)
     assert "--since: cannot read 'yesterday'" in one_line_error(
         "audit", "decisions", "--db", db, "--since", "yesterday"
+    )
+    assert "--since: '1h' is a duration, not a time; for 1h before now write -1h" in (
+        one_line_error("audit", "summary", "--db", db, "--since", "1h")
     )
     assert "is not before --until" in one_line_error(
         "audit", "summary", "--db", db, "--since", "-1h", "--until", "-2h"

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd  # type: ignore[import-untyped]
 
 _DAY_WEEK_UNIT = re.compile(r"(?<=\d)\s*([dw])(?![a-z])")
+_BARE_DURATION = re.compile(r"(\d+(\.\d+)?\s*[a-zA-Z]+\s*)+")
 TIME_HELP = "ISO 8601 (2026-11-29T14:00Z; no zone means UTC), 'now', or relative: -2h, -30m, -7d"
 
 
@@ -40,6 +41,12 @@ def parse_time(text: str, option: str, now: datetime) -> datetime:
             return now - parse_duration(stripped[1:], option)
         except ValueError:
             raise ValueError(f"{option}: cannot read {text!r}; use {TIME_HELP}") from None
+    if _BARE_DURATION.fullmatch(stripped) and _is_duration(stripped):
+        # pandas reads "1h" as 01:00 on 1 January of year 1: refuse rather than misread
+        raise ValueError(
+            f"{option}: {text!r} is a duration, not a time; for {stripped} before now "
+            f"write -{stripped}"
+        )
     try:
         stamp = pd.Timestamp(stripped)
     except (ValueError, TypeError):
@@ -49,6 +56,14 @@ def parse_time(text: str, option: str, now: datetime) -> datetime:
     stamp = stamp.tz_localize(UTC) if stamp.tzinfo is None else stamp.tz_convert(UTC)
     moment: datetime = stamp.to_pydatetime()
     return moment
+
+
+def _is_duration(text: str) -> bool:
+    try:
+        parse_duration(text, "")
+    except ValueError:
+        return False
+    return True
 
 
 def parse_range(since: str, until: str, now: datetime) -> tuple[datetime, datetime]:

@@ -6,7 +6,7 @@ parquet needs it). Times are ISO 8601 or relative to now (`-2h`, `-30m`, `-7d`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -129,6 +129,7 @@ def summary_command(
     capacity = service.fleet_capacity(load_or_fail(fleet_file))
     engine = open_audit_db(db)
     frame = _answer(lambda: service.summary(engine, start, end, capacity))
+    _warn_targets_outside(frame["target_id"], capacity, fleet_file)
     emit_frame(frame, fmt, output, f"summary {start:%Y-%m-%d %H:%M:%S} .. {end:%H:%M:%S} UTC")
 
 
@@ -159,6 +160,7 @@ def incident_command(
             engine, incident_id, before=pre, after=post, now=_now(), capacity=capacity
         )
     )
+    _warn_targets_outside(timeline.per_target["target_id"], capacity, fleet_file)
     emit_timeline(timeline, fmt, output)
     if plot is not None:
         from slaguard.audit.plot import plot_incident
@@ -167,6 +169,23 @@ def incident_command(
         series = _answer(lambda: service.ttft_p99_series(engine, start, end))
         plot_incident(timeline, series, plot)
         typer.echo(f"plot written to {plot}", err=True)
+
+
+def _warn_targets_outside(
+    targets: Iterable[object], capacity: Mapping[str, object], fleet_file: Path | None
+) -> None:
+    """Capacity shares come from the fleet file: say so when it lacks targets the
+    database names (a service run on another fleet), since its shares are then wrong."""
+    missing = sorted({t for t in targets if isinstance(t, str)} - set(capacity))
+    if not missing:
+        return
+    shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+    typer.echo(
+        f"warning: capacity shares are computed on {fleet_file or 'the built-in fleet'}, "
+        f"which lacks {len(missing)} of these targets ({shown}); pass --fleet FILE, the "
+        "fleet these decisions were made on",
+        err=True,
+    )
 
 
 @app.command("prune")

@@ -274,19 +274,20 @@ def _report(stack: Stack, every: dict[str, list[float]], console: Console) -> No
     console.print(f"\n[bold]guard messages[/] ({len(messages)} written to {notes}):")
     for m in messages:
         console.print(f"  {m['text']}", highlight=False)
-    db = stack.workdir / "audit.db"
+    db, fleet = stack.workdir / "audit.db", stack.workdir / "fleet.yaml"
     console.print("\n[bold]where to look[/]")
     console.print(f"  audit database : {db}", highlight=False)
     console.print(
-        f"  decisions      : slaguard audit summary --db {db} --since 1h", highlight=False
+        f"  decisions      : slaguard audit summary --db {db} --fleet {fleet} --since -1h",
+        highlight=False,
     )
     for incident_id, detector, subject in _incidents(db):
         console.print(
             f"  incident {incident_id:<5} : slaguard audit incident {incident_id} --db {db}"
-            f"   ({detector} on {subject})",
+            f" --fleet {fleet}   ({detector} on {subject})",
             highlight=False,
         )
-    console.print(f"  fleet file     : {stack.workdir / 'fleet.yaml'}", highlight=False)
+    console.print(f"  fleet file     : {fleet}", highlight=False)
     console.print(f"  logs           : {stack.workdir}/*.log", highlight=False)
     console.print(
         f"  metrics        : {stack.workdir / 'metrics.txt'} (the last /metrics scrape)",
