@@ -194,3 +194,20 @@ def test_the_same_commands_work_on_postgres(pg_audit_engine: Engine, tmp_path: P
     frame = pd.read_csv(io.StringIO(ok("audit", "summary", "--db", url, *WINDOW, "-f", "csv")))
     assert frame["decisions"].sum() == len(RUN.decisions)
     assert "held_round_robin" in ok("audit", "incident", "1", "--db", url)
+    _assert_an_empty_window_is_an_empty_answer(url)
+
+
+EMPTY = ["--since", "2020-01-01", "--until", "2020-01-02"]
+
+
+def _assert_an_empty_window_is_an_empty_answer(db: str) -> None:
+    table = ok("audit", "summary", "--db", db, *EMPTY)
+    assert "summary 2020-01-01 00:00:00 .. 2020-01-02 00:00:00 UTC (0 rows)" in table
+    header = "policy_arm,model_id,target_id,card_type,decisions,decision_share"
+    assert ok("audit", "summary", "--db", db, *EMPTY, "-f", "csv").startswith(header)
+    assert json.loads(ok("audit", "decisions", "--db", db, *EMPTY, "-f", "json")) == []
+
+
+def test_an_empty_window_is_an_empty_answer_not_a_traceback(db: str) -> None:
+    """A window with no decisions (pandas took quantiles of nothing and raised)."""
+    _assert_an_empty_window_is_an_empty_answer(db)

@@ -190,9 +190,13 @@ def _grouped_stats(
             .where(*_window(since, until), Outcome.ttft_s.is_not(None)),
             conn,
         )
-        quantiles = ttft.groupby(names, dropna=False)["ttft_s"].quantile([0.5, 0.99]).unstack()
-        quantiles.columns = ["ttft_p50_s", "ttft_p99_s"]
-        frame = frame.merge(quantiles.reset_index(), on=names, how="left")
+        if ttft.empty:  # no outcomes in the window: pandas cannot take quantiles of nothing
+            frame["ttft_p50_s"] = frame["ttft_p99_s"] = float("nan")
+        else:
+            by_group = ttft.groupby(names, dropna=False)["ttft_s"]
+            quantiles = by_group.quantile([0.5, 0.99]).unstack()
+            quantiles.columns = ["ttft_p50_s", "ttft_p99_s"]
+            frame = frame.merge(quantiles.reset_index(), on=names, how="left")
     frame["sla_violation_rate"] = frame["sla_violations"] / frame["outcomes"].where(
         frame["outcomes"] > 0
     )

@@ -76,3 +76,9 @@ def parse_range(since: str, until: str, now: datetime) -> tuple[datetime, dateti
             f"({end.isoformat()}); swap them or widen the range"
         )
     return start, end
+
+
+def span_title(start: datetime, end: datetime) -> str:
+    """A time range for a table title: the end's date only when it differs from the start's."""
+    end_format = "%H:%M:%S" if end.date() == start.date() else "%Y-%m-%d %H:%M:%S"
+    return f"{start:%Y-%m-%d %H:%M:%S} .. {end.strftime(end_format)} UTC"

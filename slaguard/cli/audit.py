@@ -20,7 +20,7 @@ from slaguard.audit.records import POLICY_ARMS
 from slaguard.audit.render import OutputFormat, emit_explanation, emit_frame, emit_timeline
 from slaguard.audit.service import UnknownRequestError
 from slaguard.audit.store import UnknownIncidentError
-from slaguard.audit.timeargs import TIME_HELP, parse_duration, parse_range
+from slaguard.audit.timeargs import TIME_HELP, parse_duration, parse_range, span_title
 from slaguard.cli.db import DbOption, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
@@ -96,7 +96,7 @@ def decisions_command(
     )  # fmt: skip
     if fmt is OutputFormat.TABLE:
         frame = frame[list(TABLE_DECISION_COLUMNS)]
-    emit_frame(frame, fmt, output, f"decisions {start:%Y-%m-%d %H:%M:%S} .. {end:%H:%M:%S} UTC")
+    emit_frame(frame, fmt, output, f"decisions {span_title(start, end)}")
 
 
 @app.command("explain")
@@ -130,7 +130,7 @@ def summary_command(
     engine = open_audit_db(db)
     frame = _answer(lambda: service.summary(engine, start, end, capacity))
     _warn_targets_outside(frame["target_id"], capacity, fleet_file)
-    emit_frame(frame, fmt, output, f"summary {start:%Y-%m-%d %H:%M:%S} .. {end:%H:%M:%S} UTC")
+    emit_frame(frame, fmt, output, f"summary {span_title(start, end)}")
 
 
 @app.command("incident")

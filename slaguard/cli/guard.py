@@ -23,7 +23,13 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit.engine import error_line, shown_url
 from slaguard.audit.render import OutputFormat, emit_frame
-from slaguard.audit.timeargs import TIME_HELP, parse_duration, parse_range, parse_time
+from slaguard.audit.timeargs import (
+    TIME_HELP,
+    parse_duration,
+    parse_range,
+    parse_time,
+    span_title,
+)
 from slaguard.cli.db import DbOption, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.cli.output import check_output
@@ -216,7 +222,7 @@ def history(
     check_output(fmt, output)
     engine = open_audit_db(db)
     frame = _query(lambda: mode_history(engine, start, end))
-    title = f"mode switches {start:%Y-%m-%d %H:%M:%S} .. {end:%H:%M:%S} UTC"
+    title = f"mode switches {span_title(start, end)}"
     emit_frame(frame, fmt, output, title)
 
 
