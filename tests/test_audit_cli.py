@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -208,6 +209,14 @@ def _assert_an_empty_window_is_an_empty_answer(db: str) -> None:
     assert json.loads(ok("audit", "decisions", "--db", db, *EMPTY, "-f", "json")) == []
 
 
-def test_an_empty_window_is_an_empty_answer_not_a_traceback(db: str) -> None:
-    """A window with no decisions (pandas took quantiles of nothing and raised)."""
+def test_an_empty_window_is_an_empty_answer_not_a_traceback(db: str, tmp_path: Path) -> None:
+    """A window with no decisions (pandas took quantiles of nothing and raised); an
+    incident whose decisions were pruned says why its table is empty."""
     _assert_an_empty_window_is_an_empty_answer(db)
+    pruned = tmp_path / "pruned.db"
+    shutil.copy(db, pruned)
+    ok("audit", "prune", "--older-than", "1s", "--db", str(pruned))
+    result = runner.invoke(app, ["audit", "incident", "1", "--db", str(pruned)])
+    assert result.exit_code == 0 and "held_round_robin" in result.stdout
+    assert result.stderr.startswith("note: no decisions 2026-11-30 00:"), result.stderr
+    assert result.stderr.endswith("pruned, or routed into another database (--db)\n")

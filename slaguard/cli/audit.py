@@ -162,6 +162,13 @@ def incident_command(
     )
     _warn_targets_outside(timeline.per_target["target_id"], capacity, fleet_file)
     emit_timeline(timeline, fmt, output)
+    if timeline.per_target.empty:
+        start, end = timeline.window
+        typer.echo(
+            f"note: no decisions {span_title(start, end)}: pruned, or routed into another "
+            "database (--db)",
+            err=True,
+        )
     if plot is not None:
         from slaguard.audit.plot import plot_incident
 
