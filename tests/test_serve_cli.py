@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -50,3 +52,39 @@ def test_second_replica_on_the_same_spill_journal_is_one_line_exit_2(tmp_path: P
     lines = second.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in second.stderr
     assert lines[0].startswith("error: audit spill journal:") and "spill_dir" in lines[0]
+
+
+def test_sigterm_drains_the_audit_writer_and_logs_it(tmp_path: Path) -> None:
+    """systemd and Kubernetes stop a service with SIGTERM. uvicorn re-raises it once the
+    server has stopped, so the drain must happen in the app's shutdown, not after
+    `uvicorn.run` (where it never ran: no drain, no log line, leadership not given up)."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "slaguard", "serve", "--db", "audit.db", "--port", str(port)],
+            cwd=tmp_path,
+            stdout=err,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            body = {"model": "llama3.1-8b", "prompt_tokens": 100, "max_new_tokens": 10}
+            routed = [httpx.post(f"{url}/v1/route", json=body).status_code for _ in range(25)]
+            assert routed == [200] * 25
+        finally:
+            proc.terminate()
+            code = proc.wait(timeout=30)
+    text = log.read_text()
+    assert code == -signal.SIGTERM, text  # uvicorn re-raises the signal it stopped on
+    assert "audit writer drained in" in text and "25 rows written, 0 write errors" in text, text
+    assert [p.name for p in (tmp_path / "audit.db.spill").iterdir()] == ["LOCK"]
+    with sqlite3.connect(tmp_path / "audit.db") as conn:
+        assert conn.execute("select count(*) from decisions").fetchone() == (25,)

@@ -59,7 +59,12 @@ def serve(
         logging.getLogger("slaguard").warning(
             "no $SLAGUARD_ADMIN_TOKEN: /v1/mode and /v1/alertmanager are disabled"
         )
-    app = create_app(service.runtime, admin_token=token, readiness=service.readiness)
+    app = create_app(
+        service.runtime,
+        admin_token=token,
+        readiness=service.readiness,
+        on_shutdown=service.close,
+    )
     try:
         uvicorn.run(
             app,
@@ -69,4 +74,4 @@ def serve(
             **SERVER_SETTINGS,
         )
     finally:
-        service.close()
+        service.close()  # when the server stopped without its lifespan's shutdown

@@ -65,9 +65,12 @@ def create_app(
     client: aiohttp.ClientSession | None = None,
     run_loops: bool = True,
     readiness: Callable[[], Awaitable[None]] | None = None,
+    on_shutdown: Callable[[], None] | None = None,
 ) -> HotPathApp:
     """The service app. `client` overrides the forwarding/scraping aiohttp session (the
-    caller then closes it); `run_loops=False` leaves the background jobs off."""
+    caller then closes it); `run_loops=False` leaves the background jobs off;
+    `on_shutdown` runs last when the server stops (uvicorn re-raises SIGTERM and SIGINT
+    once it has stopped, so code after `uvicorn.run` never runs on a signal)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -102,6 +105,8 @@ def create_app(
                     await scrape_task
             if client is None:
                 await http.close()
+            if on_shutdown is not None:
+                await asyncio.to_thread(on_shutdown)
 
     hot = [views.hot, gateway.router] if runtime.config.gateway.enabled else [views.hot]
     app = HotPathApp(

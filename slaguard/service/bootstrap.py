@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
@@ -60,9 +60,13 @@ class Service:
     writer: AuditWriter
     readiness: Callable[[], Awaitable[None]]
     modes: ReplicaModes
+    closed: bool = field(default=False, init=False)
 
     def close(self) -> None:
-        """Give guard leadership up, drain the audit writer, release the database."""
+        """Give guard leadership up, drain the audit writer, release the database (once)."""
+        if self.closed:
+            return
+        self.closed = True
         self.modes.close()
         self.writer.close()
         self.engine.dispose()
