@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -11,7 +12,9 @@ import time
 from pathlib import Path
 
 import httpx
+from typer.testing import CliRunner
 
+from slaguard.cli.main import app
 from slaguard.service.local import free_port
 
 
@@ -88,3 +91,26 @@ def test_sigterm_drains_the_audit_writer_and_logs_it(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "audit.db.spill").iterdir()] == ["LOCK"]
     with sqlite3.connect(tmp_path / "audit.db") as conn:
         assert conn.execute("select count(*) from decisions").fetchone() == (25,)
+
+
+def test_a_taken_port_or_foreign_address_is_one_line_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    """Refused before the database is migrated or the writer spawned (uvicorn found the
+    port taken only after both, then exited 3 with its own log line)."""
+    db = tmp_path / "audit.db"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["serve", "--db", str(db), "--port", str(port)])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use; fix: pick a free "
+        "port (--port or SLAGUARD_SERVE_PORT) or stop what listens there\n"
+    )
+    foreign = CliRunner().invoke(app, ["serve", "--db", str(db), "--host", "192.0.2.1"])
+    assert foreign.exit_code == 2 and foreign.stderr.endswith(
+        "fix: use an address of this machine (--host or SLAGUARD_SERVE_HOST)\n"
+    )
+    assert not db.exists()

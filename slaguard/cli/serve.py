@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ def serve(
     try:
         cfg = load_config(config_file, {"fleet": fleet_file, "db": db, "host": host, "port": port})
         token = admin_token()
+        _check_can_listen(cfg.host, cfg.port)
         service = build_service(cfg)
     except (ServiceConfigError, FleetError, DatabaseUrlError, NotifyConfigError) as exc:
         fail(str(exc))
@@ -75,3 +78,20 @@ def serve(
         )
     finally:
         service.close()  # when the server stopped without its lifespan's shutdown
+
+
+def _check_can_listen(host: str, port: int) -> None:
+    """Refuse a taken or unusable address in one line before migrating, spawning the audit
+    writer and taking guard leadership (uvicorn would find out only after all that)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        fix = (
+            "pick a free port (--port or SLAGUARD_SERVE_PORT) or stop what listens there"
+            if exc.errno == errno.EADDRINUSE
+            else "use an address of this machine (--host or SLAGUARD_SERVE_HOST)"
+        )
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; fix: {fix}")
