@@ -34,6 +34,7 @@ from slaguard.audit.engine import error_line
 from slaguard.guard.breaker import BreakerPhase, BreakerState
 from slaguard.guard.config import GuardConfig
 from slaguard.guard.events import GuardEvent, ModeChangedEvent
+from slaguard.guard.failure_log import FailureLog
 from slaguard.guard.feed import AuditSampleFeed
 from slaguard.guard.forward import decode_batch, encode_batches
 from slaguard.guard.guard import Guard
@@ -107,6 +108,9 @@ class GuardReplica:
         self.persister = EventPersister(self.store, self.incidents)
         self.guard = Guard(config, plan, state=NOT_LOADED)
         self.stats = ReplicaStats()
+        self._sync_failures = FailureLog(log, "guard mode sync")
+        self._feed_failures = FailureLog(log, "guard sample feed")
+        self._outbox_failures = FailureLog(log, "incident outbox")
         self.router = RouterInputs()
         self.reports: tuple[DetectorReport, ...] = ()
         """The leader's last evaluation, one report per detector (empty on other replicas)."""
@@ -167,9 +171,10 @@ class GuardReplica:
         except (SQLAlchemyError, FleetStateMissingError) as exc:
             self.stats.sync_errors += 1
             self.stats.last_error = error_line(exc, with_type=True)
-            log.warning("guard mode sync failed: %s", self.stats.last_error)
+            self._sync_failures.failed(self.stats.last_error, now_s)
             report = SyncReport(leader, gained, lost, error=self.stats.last_error)
         else:
+            self._sync_failures.succeeded(now_s)
             report = SyncReport(leader, gained, lost, adopted)
         # through the lease, not the audit database: works while that one is down
         if leader:
@@ -197,7 +202,9 @@ class GuardReplica:
                 samples += self.feed.poll(now_s)
             except SQLAlchemyError as exc:
                 self.stats.last_error = error_line(exc, with_type=True)
-                log.warning("guard sample feed failed: %s", self.stats.last_error)
+                self._feed_failures.failed(self.stats.last_error, now_s)
+            else:
+                self._feed_failures.succeeded(now_s)
         with self._lock:
             while self._arrivals:
                 self.guard.observe_arrival(*self._arrivals.popleft())
@@ -253,7 +260,9 @@ class GuardReplica:
         except SQLAlchemyError as exc:
             self.stats.persist_errors += 1
             self.stats.last_error = error_line(exc, with_type=True)
-            log.warning("incident outbox failed: %s", self.stats.last_error)
+            self._outbox_failures.failed(self.stats.last_error, now_s)
+        else:
+            self._outbox_failures.succeeded(now_s)
         return done
 
     def command(
