@@ -47,9 +47,6 @@ def serve(
         cfg = load_config(config_file, {"fleet": fleet_file, "db": db, "host": host, "port": port})
         token = admin_token()
         _check_can_listen(cfg.host, cfg.port)
-        logging.basicConfig(  # before the build: its warnings (an unreachable database) too
-            level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
         service = build_service(cfg)
     except (ServiceConfigError, FleetError, DatabaseUrlError, NotifyConfigError) as exc:
         fail(str(exc))
@@ -58,6 +55,9 @@ def serve(
             f"audit spill journal: {exc}; fix: give each replica its own spill_dir "
             "(config field, or SLAGUARD_SERVE_SPILL_DIR)"
         )
+    logging.basicConfig(
+        level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if token is None:
         logging.getLogger("slaguard").warning(
             "no $SLAGUARD_ADMIN_TOKEN: /v1/mode and /v1/alertmanager are disabled"
