@@ -31,10 +31,10 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit.engine import error_line
+from slaguard.failure_log import FailureLog
 from slaguard.guard.breaker import BreakerPhase, BreakerState
 from slaguard.guard.config import GuardConfig
 from slaguard.guard.events import GuardEvent, ModeChangedEvent
-from slaguard.guard.failure_log import FailureLog
 from slaguard.guard.feed import AuditSampleFeed
 from slaguard.guard.forward import decode_batch, encode_batches
 from slaguard.guard.guard import Guard

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from slaguard.failure_log import FailureLog
 from slaguard.fleet import Fleet, Target
 from slaguard.scheduler.state import FleetState
 
@@ -103,7 +104,7 @@ class MetricsScraper:
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.rounds = 0
         self.errors = 0
-        self.last_error: dict[str, str] = {}
+        self._failures = {t.id: FailureLog(log, f"scrape of {t.id}") for t in self.targets}
 
     async def _one(self, target: Target) -> None:
         url = f"{str(target.url).rstrip('/')}/metrics"
@@ -114,13 +115,11 @@ class MetricsScraper:
             picture = parse_vllm_metrics(text)
         except (aiohttp.ClientError, TimeoutError, ScrapeError, ValueError) as exc:
             self.errors += 1
-            message = f"{type(exc).__name__}: {exc}"
-            if self.last_error.get(target.id) != message:
-                log.warning("scrape of %s failed: %s", url, message)
-            self.last_error[target.id] = message
+            self._failures[target.id].failed(f"{url}: {type(exc).__name__}: {exc}", self.clock())
             return
-        self.last_error.pop(target.id, None)
-        apply_picture(self.state, target, picture, self.clock())
+        now_s = self.clock()
+        self._failures[target.id].succeeded(now_s)
+        apply_picture(self.state, target, picture, now_s)
 
     async def scrape_once(self) -> None:
         """Scrape all targets concurrently; failures leave their pictures to age."""
