@@ -114,3 +114,15 @@ def test_a_taken_port_or_foreign_address_is_one_line_before_anything_starts(
         "fix: use an address of this machine (--host or SLAGUARD_SERVE_HOST)\n"
     )
     assert not db.exists()
+
+
+def test_a_notifier_mistake_is_one_line_before_the_database_is_touched(tmp_path: Path) -> None:
+    """A bot token without a channel: refused before migrating and spawning the writer
+    (it was found after both, leaving a database and a spill journal behind)."""
+    db = tmp_path / "audit.db"
+    env = {"SLAGUARD_SLACK_BOT_TOKEN": "xoxb-not-a-real-token", "SLAGUARD_SLACK_CHANNEL": ""}
+    result = CliRunner().invoke(app, ["serve", "--db", str(db), "--port", "0"], env=env)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: SLAGUARD_SLACK_CHANNEL: missing; fix: ")
+    assert result.stderr.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

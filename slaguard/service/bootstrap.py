@@ -93,6 +93,8 @@ def build_service(
     """Everything `slaguard serve` runs, not yet serving (raises FleetError,
     DatabaseUrlError, NotifyConfigError on user mistakes)."""
     fleet = load_fleet(config.fleet)
+    if notifier is None:  # a notifier mistake is refused before the database is touched
+        notifier = FileNotifier(config.notify_file) if config.notify_file else notifier_from_env()
     url = resolve_db_url(config.db)
     engine = create_audit_engine(url)
     if config.migrate:
@@ -111,8 +113,6 @@ def build_service(
         on_write_error=lambda _detail: metrics.count_audit_write_error(),
     )
     r = config.rollout
-    if notifier is None:
-        notifier = FileNotifier(config.notify_file) if config.notify_file else notifier_from_env()
     name = replica_id or default_replica_id()
     replica = GuardReplica(
         engine,
