@@ -126,3 +126,20 @@ def test_a_notifier_mistake_is_one_line_before_the_database_is_touched(tmp_path:
     assert result.stderr.startswith("error: SLAGUARD_SLACK_CHANNEL: missing; fix: ")
     assert result.stderr.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_database_from_a_newer_slaguard_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """The CLI refused it; `serve` handed it to Alembic's upgrade, which raised an
+    unknown-revision traceback."""
+    db = tmp_path / "audit.db"
+    assert CliRunner().invoke(app, ["db", "upgrade", "--db", str(db)]).exit_code == 0
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0099_from_the_future'")
+    result = CliRunner().invoke(app, ["serve", "--db", str(db), "--port", "0"])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr == (
+        f"error: database sqlite:///{db} is at schema revision 0099_from_the_future, newer "
+        "than this slaguard (head 0002_guard_state); upgrade slaguard (`pip install -U "
+        "slaguard`) before using it\n"
+    )
+    assert not (tmp_path / "audit.db.spill").exists()

@@ -79,8 +79,21 @@ def downgrade(engine: Engine, revision: str) -> None:
         command.downgrade(cfg, revision)
 
 
+def refuse_newer_schema(engine: Engine) -> None:
+    """Raise SchemaNotCurrentError when a newer slaguard migrated the database (a revision
+    our scripts do not know): Alembic cannot upgrade from it, and our code would misread it."""
+    current = current_revision(engine)
+    if current is not None and current not in known_revisions():
+        raise SchemaNotCurrentError(
+            f"database {shown_url(engine.url)} is at schema revision {current}, newer than "
+            f"this slaguard (head {head_revision()}); upgrade slaguard (`pip install -U "
+            "slaguard`) before using it"
+        )
+
+
 def require_current_schema(engine: Engine) -> None:
     """Raise SchemaNotCurrentError, naming the command to run, unless the DB is at head."""
+    refuse_newer_schema(engine)
     url = shown_url(engine.url)
     current = current_revision(engine)
     head = head_revision()
@@ -90,12 +103,7 @@ def require_current_schema(engine: Engine) -> None:
         raise SchemaNotCurrentError(
             f"database {url} has no slaguard schema; run `slaguard db upgrade --db {url}`"
         )
-    if current in known_revisions():
-        raise SchemaNotCurrentError(
-            f"database {url} is at schema revision {current}, this slaguard needs {head}; "
-            f"run `slaguard db upgrade --db {url}`"
-        )
     raise SchemaNotCurrentError(
-        f"database {url} is at schema revision {current}, newer than this slaguard "
-        f"(head {head}); upgrade slaguard (`pip install -U slaguard`) before using it"
+        f"database {url} is at schema revision {current}, this slaguard needs {head}; "
+        f"run `slaguard db upgrade --db {url}`"
     )

@@ -23,6 +23,7 @@ from slaguard.audit.migrate import (
     current_revision,
     head_revision,
     known_revisions,
+    refuse_newer_schema,
     require_current_schema,
     upgrade,
 )
@@ -78,11 +79,10 @@ def upgrade_command(
     """Create or upgrade the audit schema (SQLite file is created if missing)."""
     engine = connect(db, create=True)
     before = current_revision(engine)
-    if before is not None and before not in known_revisions():
-        fail(
-            f"database {shown_url(engine.url)} is at revision {before}, newer than this "
-            "slaguard; upgrade slaguard (`pip install -U slaguard`) instead"
-        )
+    try:
+        refuse_newer_schema(engine)
+    except SchemaNotCurrentError as exc:
+        fail(str(exc))
     try:
         upgrade(engine, revision)
     except SQLAlchemyError as exc:

@@ -12,6 +12,7 @@ import typer
 import uvicorn
 
 from slaguard.audit.engine import DatabaseUrlError
+from slaguard.audit.migrate import SchemaNotCurrentError
 from slaguard.audit.spill import SpillInUseError
 from slaguard.cli.errors import fail
 from slaguard.fleet import FleetError
@@ -48,7 +49,13 @@ def serve(
         token = admin_token()
         _check_can_listen(cfg.host, cfg.port)
         service = build_service(cfg)
-    except (ServiceConfigError, FleetError, DatabaseUrlError, NotifyConfigError) as exc:
+    except (
+        ServiceConfigError,
+        FleetError,
+        DatabaseUrlError,
+        NotifyConfigError,
+        SchemaNotCurrentError,
+    ) as exc:
         fail(str(exc))
     except SpillInUseError as exc:
         fail(

@@ -29,7 +29,12 @@ from slaguard.audit.engine import (
     error_line,
     resolve_db_url,
 )
-from slaguard.audit.migrate import SchemaNotCurrentError, require_current_schema, upgrade
+from slaguard.audit.migrate import (
+    SchemaNotCurrentError,
+    refuse_newer_schema,
+    require_current_schema,
+    upgrade,
+)
 from slaguard.audit.records import WeightVersionRecord
 from slaguard.audit.store import record_weight_version
 from slaguard.audit.writer import AuditWriter
@@ -91,17 +96,18 @@ def build_service(
     replica_id: str | None = None,
 ) -> Service:
     """Everything `slaguard serve` runs, not yet serving (raises FleetError,
-    DatabaseUrlError, NotifyConfigError on user mistakes)."""
+    DatabaseUrlError, NotifyConfigError, SchemaNotCurrentError on user mistakes)."""
     fleet = load_fleet(config.fleet)
     if notifier is None:  # a notifier mistake is refused before the database is touched
         notifier = FileNotifier(config.notify_file) if config.notify_file else notifier_from_env()
     url = resolve_db_url(config.db)
     engine = create_audit_engine(url)
-    if config.migrate:
-        try:
+    try:
+        refuse_newer_schema(engine)  # SchemaNotCurrentError: the caller's one-line refusal
+        if config.migrate:
             upgrade(engine)
-        except SQLAlchemyError as exc:
-            log.warning("could not migrate the audit database: %s", str(exc).splitlines()[0])
+    except SQLAlchemyError as exc:
+        log.warning("could not migrate the audit database: %s", str(exc).splitlines()[0])
     now = clock()
     sched_cfg = SchedulerConfig(router=RouterConfig(stale_after_s=config.telemetry.stale_after_s))
     scheduler = Scheduler(fleet, sched_cfg, now_s=now)
