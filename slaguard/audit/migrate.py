@@ -82,7 +82,10 @@ def downgrade(engine: Engine, revision: str) -> None:
 def refuse_newer_schema(engine: Engine) -> None:
     """Raise SchemaNotCurrentError when a newer slaguard migrated the database (a revision
     our scripts do not know): Alembic cannot upgrade from it, and our code would misread it."""
-    current = current_revision(engine)
+    _refuse_newer(engine, current_revision(engine))
+
+
+def _refuse_newer(engine: Engine, current: str | None) -> None:
     if current is not None and current not in known_revisions():
         raise SchemaNotCurrentError(
             f"database {shown_url(engine.url)} is at schema revision {current}, newer than "
@@ -93,12 +96,12 @@ def refuse_newer_schema(engine: Engine) -> None:
 
 def require_current_schema(engine: Engine) -> None:
     """Raise SchemaNotCurrentError, naming the command to run, unless the DB is at head."""
-    refuse_newer_schema(engine)
     url = shown_url(engine.url)
     current = current_revision(engine)
     head = head_revision()
     if current == head:
         return
+    _refuse_newer(engine, current)
     if current is None:
         raise SchemaNotCurrentError(
             f"database {url} has no slaguard schema; run `slaguard db upgrade --db {url}`"
