@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from helpers import wait_for
 
 from slaguard.emulator.app import create_emulator_app
 from slaguard.fleet import Target, build_fleet
@@ -22,9 +23,12 @@ def _target(card: str = "l40s") -> Target:
     return build_fleet({"targets": [{"id": f"{card}-8b", "model": MODEL, "card": card}]}).targets[0]
 
 
+_APP = create_emulator_app(_target())
+
+
 @pytest.fixture(scope="module")
 def emu() -> Iterator[str]:
-    with ServerThread(create_emulator_app(_target())) as server:
+    with ServerThread(_APP) as server:
         yield server.url
 
 
@@ -136,3 +140,29 @@ def test_fault_switches(emu: str) -> None:
             assert bad.status_code == 422
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"prompt": 12}, "prompt must be"),
+        ({"prompt": None}, "prompt must be"),
+        ({"messages": "hi"}, "messages must be"),
+        ({"prompt": "hi", "max_tokens": 10**8}, "maximum context length is 131072 tokens"),
+    ],
+)
+def test_malformed_requests_are_the_clients_mistake(
+    emu: str, body: dict[str, object], error: str
+) -> None:
+    r = httpx.post(f"{emu}/v1/completions", json={"model": MODEL, **body}, timeout=30)
+    assert r.status_code == 400 and error in r.json()["detail"], r.text
+    assert not _APP.state.engine.running and not _APP.state.engine.waiting
+
+
+def test_a_client_leaving_a_whole_answer_frees_its_place(emu: str) -> None:
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 20_000}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{emu}/v1/completions", json=body, timeout=0.5)
+    engine = _APP.state.engine
+    wait_for("the abandoned request to leave the batch", lambda: not engine.running, 5.0)
+    assert engine.kv_reserved == 0

@@ -127,12 +127,42 @@ def test_stream_passes_through_and_is_measured(stack: Stack) -> None:
     assert dup.status_code == 409 and dup.json()["error"].startswith("X-Request-Id")
 
 
+def _metric_total(stack: Stack, name: str, **labels: str) -> float:
+    """The sum of `name`'s samples whose labels include `labels`."""
+    registry = stack.service.runtime.metrics.registry
+    return sum(
+        s.value
+        for family in registry.collect()
+        for s in family.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    )
+
+
 def test_whole_answer_is_returned_unchanged(stack: Stack) -> None:
+    completed = _metric_total(stack, "slaguard_requests_completed_total")
+    generated = _metric_total(stack, "slaguard_tokens_total", kind="generated")
     r = stack.client.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 3})
     assert r.status_code == 200
     assert r.json()["usage"]["completion_tokens"] == 3 and r.json()["object"] == "text_completion"
     out = stack.outcome(r.headers["x-slaguard-decision-id"]).outcome
     assert out["ttft_s"] is None and out["e2e_s"] > 0 and out["status"] == "ok"
+    # Counted in the SLA ratio's denominator and the token counters like a streamed one.
+    assert _metric_total(stack, "slaguard_requests_completed_total") == completed + 1
+    assert _metric_total(stack, "slaguard_tokens_total", kind="generated") == generated + 3
+
+
+def test_client_leaving_a_whole_answer_is_recorded_failed(stack: Stack) -> None:
+    violations = _metric_total(stack, "slaguard_sla_violations_total")
+    started = time.monotonic()
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 3000}
+    with httpx.Client(base_url=str(stack.client.base_url), timeout=0.5) as client:
+        with pytest.raises(httpx.ReadTimeout):
+            client.post("/v1/completions", json=body, headers={"X-Request-Id": "left-2"})
+    left_after = time.monotonic() - started
+    out = stack.outcome("left-2").outcome
+    # Recorded when the client left, not when the 3,000-token answer would have ended.
+    assert out["status"] == "failed" and out["e2e_s"] < left_after + 1.0
+    assert _metric_total(stack, "slaguard_sla_violations_total") == violations + 1
 
 
 def test_failure_before_the_first_byte_is_retried_once(stack: Stack) -> None:
@@ -169,15 +199,19 @@ def test_failure_after_the_first_byte_is_never_retried(stack: Stack) -> None:
                 "POST", "/v1/chat/completions", json=_chat(5), headers={"X-Request-Id": f"brk-{i}"}
             ) as r:
                 target = r.headers["x-slaguard-target"]
+                cut = False
                 try:
                     body = b"".join(r.iter_raw())
-                except httpx.HTTPError:
-                    body = b""
+                except httpx.RemoteProtocolError:
+                    cut = True
             if target == "a100-8b":
                 broken += 1
-                assert b"[DONE]" not in body
+                # The client's connection is cut, not ended as if the answer were whole.
+                assert cut
                 out = stack.outcome(f"brk-{i}").outcome
                 assert out["status"] == "failed" and out["ttft_s"] is not None
+            else:
+                assert not cut and body.endswith(b"data: [DONE]\n\n")
         assert broken == 1 and stack.retries() == before
     finally:
         stack.fault("a100-8b", "recover")

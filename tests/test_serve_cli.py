@@ -116,6 +116,22 @@ def test_a_taken_port_or_foreign_address_is_one_line_before_anything_starts(
     assert not db.exists()
 
 
+def test_emulate_refuses_a_taken_or_impossible_port_in_one_line() -> None:
+    """uvicorn printed its own `[Errno 98]` and exited 3 on a taken port, and listened on
+    port - 65536 for a port above 65535."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["emulate", "--card", "l40s", "--port", str(port)])
+    assert result.exit_code == 2 and result.stderr == (
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use; fix: pick a free "
+        "port (--port) or stop what listens there\n"
+    )
+    huge = CliRunner().invoke(app, ["emulate", "--card", "l40s", "--port", "99999"])
+    assert huge.exit_code == 2 and "less than or equal to 65535" in huge.stderr
+
+
 def test_a_notifier_mistake_is_one_line_before_the_database_is_touched(tmp_path: Path) -> None:
     """A bot token without a channel: refused before migrating and spawning the writer
     (it was found after both, leaving a database and a spill journal behind)."""

@@ -6,6 +6,7 @@ import typer
 import uvicorn
 
 from slaguard.cli.errors import fail
+from slaguard.cli.listen import SERVER_SETTINGS, check_can_listen
 from slaguard.emulator.app import create_emulator_app
 from slaguard.fleet import FleetError, build_fleet
 
@@ -14,7 +15,7 @@ def emulate(
     card: str = typer.Option(..., "--card", help="Card type, e.g. l40s, h100, ascend910b."),
     model: str = typer.Option("llama3.1-8b", "--model", help="Model id from the catalogue."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel size."),
-    port: int = typer.Option(8000, "--port", help="Listen port."),
+    port: int = typer.Option(8000, "--port", min=1, max=65535, help="Listen port."),
     host: str = typer.Option("127.0.0.1", "--host", help="Listen address."),
     speedup: float = typer.Option(
         1.0, "--speedup", help="Run this many times faster than the card (tests, demos)."
@@ -30,5 +31,6 @@ def emulate(
         )
     except FleetError as exc:
         fail(str(exc))
+    check_can_listen(host, port, port_fix="--port", host_fix="--host")
     app = create_emulator_app(fleet.targets[0], speedup=speedup)
-    uvicorn.run(app, host=host, port=port, loop="uvloop", http="httptools", log_level="warning")
+    uvicorn.run(app, host=host, port=port, log_level="warning", **SERVER_SETTINGS)

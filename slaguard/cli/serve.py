@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import errno
 import logging
-import socket
 from pathlib import Path
-from typing import Any
 
 import typer
 import uvicorn
@@ -15,23 +12,12 @@ from slaguard.audit.engine import DatabaseUrlError
 from slaguard.audit.migrate import SchemaNotCurrentError
 from slaguard.audit.spill import SpillInUseError
 from slaguard.cli.errors import fail
+from slaguard.cli.listen import SERVER_SETTINGS, check_can_listen
 from slaguard.fleet import FleetError
 from slaguard.notify.factory import NotifyConfigError
 from slaguard.service.app import create_app
 from slaguard.service.bootstrap import build_service
 from slaguard.service.config import ServiceConfigError, admin_token, load_config
-
-SERVER_SETTINGS: dict[str, Any] = {
-    "loop": "uvloop",
-    "http": "httptools",
-    "access_log": False,
-    "proxy_headers": False,
-    "server_header": False,
-}
-"""uvicorn for an API answered in well under a millisecond of CPU: uvloop and httptools
-(h11 cost ~2x the CPU per request on the 2-core box), no access log line per request,
-no X-Forwarded-For rewriting (nothing reads the client address) and no `server` header:
-each of the last two is a few us per request."""
 
 
 def serve(
@@ -47,7 +33,12 @@ def serve(
     try:
         cfg = load_config(config_file, {"fleet": fleet_file, "db": db, "host": host, "port": port})
         token = admin_token()
-        _check_can_listen(cfg.host, cfg.port)
+        check_can_listen(
+            cfg.host,
+            cfg.port,
+            port_fix="--port or SLAGUARD_SERVE_PORT",
+            host_fix="--host or SLAGUARD_SERVE_HOST",
+        )
         service = build_service(cfg)
     except (
         ServiceConfigError,
@@ -85,20 +76,3 @@ def serve(
         )
     finally:
         service.close()  # when the server stopped without its lifespan's shutdown
-
-
-def _check_can_listen(host: str, port: int) -> None:
-    """Refuse a taken or unusable address in one line before migrating, spawning the audit
-    writer and taking guard leadership (uvicorn would find out only after all that)."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(address)
-    except OSError as exc:
-        fix = (
-            "pick a free port (--port or SLAGUARD_SERVE_PORT) or stop what listens there"
-            if exc.errno == errno.EADDRINUSE
-            else "use an address of this machine (--host or SLAGUARD_SERVE_HOST)"
-        )
-        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; fix: {fix}")

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from slaguard.emulator.engine import BROKEN, DONE, Engine, FailMode, Sequence
 from slaguard.fleet import Target
+from slaguard.service.hotpath import unless_client_leaves
 from slaguard.sim.latency import LatencyModel
 
 CHARS_PER_TOKEN = 4.0
@@ -93,12 +94,22 @@ class VllmMetrics:
 
 
 def _prompt_tokens(doc: dict[str, Any]) -> int:
-    if "messages" in doc and isinstance(doc["messages"], list):
-        text = "".join(str(m.get("content", "")) for m in doc["messages"] if isinstance(m, dict))
-    else:
-        prompt = doc.get("prompt", "")
-        text = prompt if isinstance(prompt, str) else "".join(map(str, prompt))
-    return int(len(text) / CHARS_PER_TOKEN) + 1
+    """The prompt's size, estimated from its text (token ids count one each); a body of
+    the wrong shape is the client's mistake (400), as on vLLM."""
+    if "messages" in doc:
+        messages = doc["messages"]
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise HTTPException(400, "messages must be a list of objects")
+        text = "".join(str(m.get("content") or "") for m in messages)
+        return int(len(text) / CHARS_PER_TOKEN) + 1
+    prompt = doc.get("prompt")
+    if isinstance(prompt, str):
+        return int(len(prompt) / CHARS_PER_TOKEN) + 1
+    if isinstance(prompt, list) and prompt and all(type(x) is int for x in prompt):
+        return len(prompt)
+    if isinstance(prompt, list) and all(isinstance(x, str) for x in prompt):
+        return int(sum(map(len, prompt)) / CHARS_PER_TOKEN) + 1
+    raise HTTPException(400, "prompt must be a string, a list of strings or of token ids")
 
 
 def _chunk(kind: str, rid: str, model: str, created: int, text: str, finish: str | None) -> bytes:
@@ -119,6 +130,8 @@ def create_emulator_app(
     model = served_model or target.model.id
     latency = LatencyModel.load().for_target(target)
     kv_tokens = int(target.kv_budget_gb * 1e9 / target.model.kv_bytes_per_token)
+    # vLLM refuses to start when one sequence of its context cannot fit in the KV cache.
+    max_model_len = min(target.model.context_window, kv_tokens)
     engine = Engine(latency, kv_tokens, speedup=speedup)
     metrics = VllmMetrics(engine, model)
 
@@ -149,7 +162,16 @@ def create_emulator_app(
         max_tokens = doc.get("max_completion_tokens") or doc.get("max_tokens") or 16
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise HTTPException(400, "max_tokens must be a positive integer")
-        seq = engine.submit(_prompt_tokens(doc), max_tokens)
+        prompt_tokens = _prompt_tokens(doc)
+        if prompt_tokens + max_tokens > max_model_len:
+            raise HTTPException(
+                400,
+                f"This model's maximum context length is {max_model_len} tokens. However, you "
+                f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the "
+                f"messages, {max_tokens} in the completion). Please reduce the length of the "
+                "messages or completion.",
+            )
+        seq = engine.submit(prompt_tokens, max_tokens)
         rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
         created = int(time.time())
         usage_wanted = bool((doc.get("stream_options") or {}).get("include_usage"))
@@ -157,7 +179,7 @@ def create_emulator_app(
             return StreamingResponse(
                 _stream(seq, kind, rid, created, usage_wanted), media_type="text/event-stream"
             )
-        return await _whole(seq, kind, rid, created)
+        return await _whole(request, seq, kind, rid, created)
 
     def usage(seq: Sequence) -> dict[str, int]:
         return {
@@ -190,13 +212,23 @@ def create_emulator_app(
         finally:
             seq.cancelled = not ended
 
-    async def _whole(seq: Sequence, kind: str, rid: str, created: int) -> Response:
-        while True:
-            tok = await seq.tokens.get()
-            if tok == BROKEN:
-                raise HTTPException(500, "emulated failure after the first token")
-            if tok == DONE:
-                break
+    async def _whole(
+        request: Request, seq: Sequence, kind: str, rid: str, created: int
+    ) -> Response:
+        """The answer once its last token is out; a client that leaves first frees its
+        place in the batch (as vLLM aborts a request whose client disconnects)."""
+
+        async def last_token() -> int:
+            while (tok := await seq.tokens.get()) not in (BROKEN, DONE):
+                pass
+            return tok
+
+        tok = await unless_client_leaves(request, last_token())
+        if tok is None:
+            seq.cancelled = True
+            return Response(status_code=499)
+        if tok == BROKEN:
+            raise HTTPException(500, "emulated failure after the first token")
         metrics.finished(seq)
         text = "tok " * seq.generated
         choice: dict[str, Any] = (

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
@@ -34,15 +35,18 @@ from slaguard.fleet import Target
 from slaguard.service.hotpath import (
     DirectRoute,
     RelayResponse,
+    StreamCut,
     error_response,
     invalid,
     json_body,
+    unless_client_leaves,
 )
 from slaguard.service.runtime import FieldError, Pending, Routed, ServiceRuntime
 from slaguard.service.schemas import ID_PATTERN, MAX_TOKENS, ErrorResponse
 from slaguard.service.sse_meter import StreamMeter
 from slaguard.service.views import runtime_of
 
+log = logging.getLogger(__name__)
 router = APIRouter(route_class=DirectRoute)
 """Once per inference request: endpoints on the hot path (see `hotpath`)."""
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -207,7 +211,13 @@ async def _proxy(
         doc = json.loads(raw)
         doc["model"] = entry.served_model
         raw = json.dumps(doc).encode()
-    up = await _open_upstream(request, rt, routed, path, raw, body.stream)
+    opening = _open_upstream(request, rt, routed, path, raw, body.stream)
+    found = await opening if body.stream else await unless_client_leaves(request, opening)
+    if found is None:
+        rt.record_decision(routed, decide_s)
+        rt.finish(entry, "failed", ttft_s=None, tpot_s=None, e2e_s=time.perf_counter() - started)
+        return Response(b"", 499)
+    up = found
     resp = up.response
     meter = StreamMeter(started)
     out_headers = {
@@ -216,16 +226,43 @@ async def _proxy(
     }
     media = resp.headers.get("content-type", "application/json")
     if not body.stream or resp.status >= 400:
-        try:
-            content = up.first + b"".join([chunk async for chunk in up.rest])
-        finally:
-            resp.release()
-        rt.record_decision(routed, decide_s)
-        _finish_whole(rt, entry, meter, resp.status, content)
-        return Response(content, resp.status, out_headers, media_type=media)
+        return await _whole(request, rt, routed, decide_s, meter, up, out_headers, media)
     return RelayResponse(
         _relay(rt, routed, decide_s, meter, up), resp.status, out_headers, media_type=media
     )
+
+
+async def _whole(
+    request: Request,
+    rt: ServiceRuntime,
+    routed: Routed,
+    decide_s: float,
+    meter: StreamMeter,
+    up: Upstream,
+    headers: dict[str, str],
+    media: str,
+) -> Response:
+    """A non-streamed answer (or an error status), read whole and passed on."""
+    entry = routed.entry
+    try:
+        content = await unless_client_leaves(request, _read_whole(up))
+    except aiohttp.ClientError as exc:
+        rt.gateway_metrics.upstream_failures.labels("after_first_byte").inc()
+        rt.record_decision(routed, decide_s)
+        rt.finish(entry, "failed", ttft_s=None, tpot_s=None, e2e_s=meter.since_start())
+        raise HTTPException(502, f"backend broke while answering: {exc}") from exc
+    finally:
+        up.response.release()
+    rt.record_decision(routed, decide_s)
+    if content is None:
+        rt.finish(entry, "failed", ttft_s=None, tpot_s=None, e2e_s=meter.since_start())
+        return Response(b"", 499)
+    _finish_whole(rt, entry, meter, up.response.status, content)
+    return Response(content, up.response.status, headers, media_type=media)
+
+
+async def _read_whole(up: Upstream) -> bytes:
+    return up.first + b"".join([chunk async for chunk in up.rest])
 
 
 async def _open_upstream(
@@ -294,7 +331,7 @@ def _finish_whole(
     rt: ServiceRuntime, entry: Pending, meter: StreamMeter, code: int, content: bytes
 ) -> None:
     """A non-streamed answer: no first-token time; tokens from `usage`."""
-    e2e = time.perf_counter() - meter.started
+    e2e = meter.since_start()
     usage: dict[str, Any] = {}
     if code < 400:
         try:
@@ -340,9 +377,15 @@ async def _relay(
     except aiohttp.ClientError as exc:
         status = "failed"
         rt.gateway_metrics.upstream_failures.labels("after_first_byte").inc()
-        routed.decision.explanation.notes.append(
-            f"gateway: stream broke after the first byte: {exc}"
+        target = rt.fleet.targets[routed.entry.target_index or 0].id
+        log.warning(
+            "gateway: %s: stream from %s broke after the first byte (%s); the client's "
+            "answer is cut",
+            routed.entry.decision_id,
+            target,
+            str(exc) or type(exc).__name__,
         )
+        raise StreamCut from exc
     except (asyncio.CancelledError, GeneratorExit):
         # The client left (or its connection broke) before the end of the answer.
         status = "failed"

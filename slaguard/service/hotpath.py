@@ -21,14 +21,24 @@ the server to log, as ServerErrorMiddleware does.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from typing import Any, TypeVar
 
 import msgspec
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.types import Receive, Scope, Send
+
+_T = TypeVar("_T")
 
 Endpoint = Callable[[Request], Coroutine[Any, Any, Response]]
 encode_json = msgspec.json.Encoder().encode
@@ -120,6 +130,31 @@ class JsonBytes(Response):
         ]
 
 
+async def unless_client_leaves(request: Request, work: Awaitable[_T]) -> _T | None:
+    """`work`'s result, or None as soon as the client disconnects (`work` is cancelled).
+    For an answer sent whole, which Starlette does not cancel when its client leaves:
+    the work nobody waits for is abandoned. `request`'s body must have been read."""
+
+    async def client_left() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    working = asyncio.ensure_future(work)
+    watching = asyncio.ensure_future(client_left())
+    try:
+        await asyncio.wait((working, watching), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watching.cancel()
+        if not working.done():
+            working.cancel()
+    return working.result() if working.done() and not working.cancelled() else None
+
+
+class StreamCut(Exception):
+    """Raised by a relayed stream whose source broke: the client's answer is cut (the
+    connection closed without the final chunk), so it cannot mistake it for a whole one."""
+
+
 class RelayResponse(Response):
     """A streamed answer without Starlette's StreamingResponse task group.
 
@@ -129,7 +164,8 @@ class RelayResponse(Response):
     for the client's disconnect and cancels it (the relay then records the stream as
     failed, as before), and a cancellation of its own is absorbed here. The chunks'
     generator is started before anything is sent and closed at the end whatever
-    happened, so its own cleanup (the outcome record) always runs."""
+    happened, so its own cleanup (the outcome record) always runs. A `StreamCut` from the
+    chunks ends the response without its final chunk."""
 
     def __init__(
         self,
@@ -171,6 +207,8 @@ class RelayResponse(Response):
             async for chunk in self.chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except StreamCut:
+            return
         except asyncio.CancelledError:
             if not state["disconnected"] or task.uncancel() > 0:
                 raise

@@ -322,17 +322,16 @@ class ServiceRuntime:
             return Finished(True, False, sla_met)
         target = self.fleet.targets[entry.target_index]
         prompt = prompt_tokens if prompt_tokens is not None else entry.prompt_tokens
-        if ttft_s is not None:
-            self.metrics.observe_completion(
-                target.id,
-                entry.arm.value,
-                entry.priority.value,
-                ttft_s,
-                violated=not sla_met,
-                tpot_s=tpot_s,
-                prompt_tokens=prompt,
-                generated_tokens=completion_tokens or 0,
-            )
+        self.metrics.observe_completion(
+            target.id,
+            entry.arm.value,
+            entry.priority.value,
+            ttft_s,
+            violated=not sla_met,
+            tpot_s=tpot_s,
+            prompt_tokens=prompt,
+            generated_tokens=completion_tokens or 0,
+        )
         self.modes.on_outcome(
             GuardSample(
                 at_s=now,

@@ -44,6 +44,10 @@ class StreamMeter:
     usage: dict[str, Any] | None = None
     _tail: bytes = b""
 
+    def since_start(self) -> float:
+        """Seconds since the request reached the gateway."""
+        return time.perf_counter() - self.started
+
     def feed(self, chunk: bytes) -> None:
         data = self._tail + chunk
         lines = data.split(b"\n")

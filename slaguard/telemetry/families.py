@@ -89,13 +89,13 @@ class MetricFamilies:
         )
         self.requests_completed = Counter(
             "slaguard_requests_completed_total",
-            "Requests whose first token arrived.",
+            "Requests finished on a target: answered, failed or cut.",
             ["arm", "priority"],
             registry=r,
         )
         self.sla_violations = Counter(
             "slaguard_sla_violations_total",
-            "Completed requests whose TTFT missed the deadline.",
+            "Finished requests that missed their deadline or failed.",
             ["arm", "priority"],
             registry=r,
         )

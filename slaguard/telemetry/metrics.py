@@ -93,14 +93,16 @@ class SlaguardMetrics(MetricFamilies):
         target_id: str,
         arm: str,
         priority: str,
-        ttft_s: float,
+        ttft_s: float | None,
         *,
         violated: bool,
         tpot_s: float | None = None,
         prompt_tokens: int = 0,
         generated_tokens: int = 0,
     ) -> None:
-        """A request's first token (and, once known, its decode speed and token counts)."""
+        """A finished request: counted (and judged) whether or not a first token was seen,
+        so failed and non-streamed requests burn the error budget too; TTFT and decode speed
+        are observed when known."""
         key = (target_id, arm, priority)
         c = self._completion_children.get(key)
         if c is None:
@@ -108,7 +110,8 @@ class SlaguardMetrics(MetricFamilies):
         c.completed.inc()
         if violated:
             c.violations.inc()
-        c.ttft.observe(ttft_s)
+        if ttft_s is not None:
+            c.ttft.observe(ttft_s)
         if tpot_s is not None:
             c.tpot.observe(tpot_s)
         if prompt_tokens:
