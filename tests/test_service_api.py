@@ -240,9 +240,25 @@ def test_feedback_for_a_decision_only_in_the_database(api: Running) -> None:
         "duplicate": False,
         "sla_met": False,
     }
-    poll(lambda: stored_outcome(api, out["decision_id"]))
+    # A repeat sent before the writer stored the first is a duplicate too (it answered
+    # recorded while the database dropped it).
     again = api.client.post("/v1/feedback", json={"decision_id": out["decision_id"]}).json()
-    assert again["duplicate"] is True
+    assert again == {**r.json(), "recorded": False, "duplicate": True}
+    assert poll(lambda: stored_outcome(api, out["decision_id"]))["ttft_s"] == 9.0
+    later = api.client.post("/v1/feedback", json={"decision_id": out["decision_id"]}).json()
+    assert later["duplicate"] is True
+
+
+def test_a_whole_answer_of_an_evicted_decision_is_judged_on_its_end(api: Running) -> None:
+    """No TTFT, a quick end: met, as `finish` judges it (the evicted path said missed)."""
+    api.push_all()
+    out = api.client.post(
+        "/v1/route", json={"model": "llama3.1-8b", "prompt_tokens": 10, "max_new_tokens": 5}
+    ).json()
+    poll(lambda: api.client.get(f"/v1/decisions/{out['decision_id']}").status_code == 200)
+    api.service.runtime.pending.pop(out["decision_id"])
+    r = api.client.post("/v1/feedback", json={"decision_id": out["decision_id"], "e2e_s": 0.5})
+    assert r.json()["recorded"] is True and r.json()["sla_met"] is True
 
 
 def test_telemetry_push_updates_the_picture(api: Running) -> None:

@@ -115,6 +115,18 @@ class Finished:
     sla_met: bool | None
 
 
+def sla_met(
+    status: RequestStatus, ttft_s: float | None, e2e_s: float | None, deadline_s: float
+) -> bool:
+    """The SLA judgement: an `ok` request whose first token came by its deadline; with
+    no first-token time (a whole answer) its end, an upper bound, must."""
+    if status != "ok":
+        return False
+    if ttft_s is not None:
+        return ttft_s <= deadline_s
+    return e2e_s is not None and e2e_s <= deadline_s
+
+
 class ServiceRuntime:
     """The fleet, the scheduler, the audit writer, metrics and the mode source, together."""
 
@@ -141,6 +153,9 @@ class ServiceRuntime:
         self.gateway_metrics = GatewayMetrics(metrics.registry)
         self.clock = clock
         self.pending: OrderedDict[str, Pending] = OrderedDict()
+        self.late_outcomes: OrderedDict[str, bool] = OrderedDict()
+        """Decisions evicted from `pending` whose outcome came later and was enqueued
+        (id -> SLA met): a repeat is a duplicate even before the writer stored the first."""
         self.ready_problem: str | None = "starting"
         """None when ready; otherwise why `/readyz` answers 503."""
         self.audit_refused = 0
@@ -294,16 +309,10 @@ class ServiceRuntime:
         entry.done = True
         now = self.clock()
         deadline = entry.deadline_s
-        if status != "ok":
-            sla_met = False
-        elif ttft_s is not None:
-            sla_met = ttft_s <= deadline
-        else:
-            # No first-token time (a non-streamed answer): the whole answer bounds it.
-            sla_met = e2e_s is not None and e2e_s <= deadline
-        entry.sla_met = sla_met
+        met = sla_met(status, ttft_s, e2e_s, deadline)
+        entry.sla_met = met
         self.finished_count += 1
-        self.violated_count += not sla_met
+        self.violated_count += not met
         if entry.target_index is not None:
             self.scheduler.state.add_queue(entry.target_index, -1)
         if status != "ok":
@@ -313,13 +322,13 @@ class ServiceRuntime:
         if self.writer is not None:
             try:
                 self.writer.enqueue(
-                    OutcomeRecord(entry.decision_id, now, ttft_s, tpot_s, e2e_s, status, sla_met)
+                    OutcomeRecord(entry.decision_id, now, ttft_s, tpot_s, e2e_s, status, met)
                 )
             except SpillFullError as exc:
                 self.audit_refused += 1
                 log.error("outcome of %s not audited: %s", entry.decision_id, exc)
         if entry.target_index is None:
-            return Finished(True, False, sla_met)
+            return Finished(True, False, met)
         target = self.fleet.targets[entry.target_index]
         prompt = prompt_tokens if prompt_tokens is not None else entry.prompt_tokens
         self.metrics.observe_completion(
@@ -327,7 +336,7 @@ class ServiceRuntime:
             entry.arm.value,
             entry.priority.value,
             ttft_s,
-            violated=not sla_met,
+            violated=not met,
             tpot_s=tpot_s,
             prompt_tokens=prompt,
             generated_tokens=completion_tokens or 0,
@@ -338,7 +347,7 @@ class ServiceRuntime:
                 target_id=target.id,
                 card_type=target.card.id,
                 model_id=target.model.id,
-                sla_met=sla_met,
+                sla_met=met,
                 deadline_s=deadline,
                 ttft_s=ttft_s,
                 arm=entry.arm,
@@ -347,7 +356,7 @@ class ServiceRuntime:
                 ttft_observed=entry.ttft_fed and ttft_s is not None,
             )
         )
-        return Finished(True, False, sla_met)
+        return Finished(True, False, met)
 
     def status(self) -> dict[str, object]:
         """The `/v1/status` body."""

@@ -25,7 +25,7 @@ from slaguard.service.hotpath import (
     json_response,
     query_flag,
 )
-from slaguard.service.runtime import FieldError, Pending, ServiceRuntime
+from slaguard.service.runtime import FieldError, Pending, ServiceRuntime, sla_met
 from slaguard.service.schemas import (
     ID_PATTERN,
     ErrorResponse,
@@ -42,6 +42,8 @@ from slaguard.telemetry.metrics import render_snapshot
 
 router = APIRouter()
 hot = APIRouter(route_class=DirectRoute)
+LATE_OUTCOMES_KEPT = 100_000
+"""How many late outcomes (for decisions evicted from memory) are remembered as taken."""
 """The once-per-inference-request endpoints (see `hotpath`)."""
 EXPLANATION_WAIT_S = 2.0
 """How long a repeated `?explain=1` waits for the audit writer to store the explanation."""
@@ -211,6 +213,9 @@ async def first_token(request: Request) -> Response:
 
 async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> dict[str, Any]:
     """A decision no longer held in memory: its outcome goes to the audit line only."""
+    answer = {"decision_id": body.decision_id, "recorded": False, "duplicate": True}
+    if body.decision_id in rt.late_outcomes:
+        return {**answer, "sla_met": rt.late_outcomes[body.decision_id]}
     found = None
     if rt.store is not None:
         found = await asyncio.to_thread(rt.store.find_decision, body.decision_id)
@@ -219,10 +224,12 @@ async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> dict[s
             f"decision_id: no decision {body.decision_id!r}; fix: send the decision_id "
             "that POST /v1/route returned"
         )
-    answer = {"decision_id": body.decision_id, "recorded": False, "duplicate": True}
     if found.has_outcome:
         return {**answer, "sla_met": None}
-    ok = body.status == "ok" and body.ttft_s is not None and body.ttft_s <= found.deadline_s
+    ok = sla_met(body.status, body.ttft_s, body.e2e_s, found.deadline_s)
+    rt.late_outcomes[body.decision_id] = ok
+    if len(rt.late_outcomes) > LATE_OUTCOMES_KEPT:
+        rt.late_outcomes.popitem(last=False)
     if rt.writer is not None:
         rt.writer.enqueue(
             OutcomeRecord(
