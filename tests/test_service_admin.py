@@ -79,6 +79,23 @@ def test_admin_needs_the_exact_bearer_token(admin: Admin, headers: dict[str, str
     # an unauthenticated caller learns nothing about the body: 401 even for garbage
     bad = admin.client.post("/v1/alertmanager", json={"nonsense": 1}, headers=headers)
     assert bad.status_code == 401
+    garbage = admin.client.post("/v1/mode", content=b"{not json", headers=headers)
+    assert garbage.status_code == 401
+
+
+def test_an_admin_body_is_parsed_whatever_its_content_type(admin: Admin) -> None:
+    """curl -d sends form-urlencoded: FastAPI's 422 said 'Input should be a valid
+    dictionary'; broken JSON named a character offset as the field."""
+    body = b'{"action": "rollback", "reason": "check"}'  # already round-robin: no change
+    r = admin.client.post(
+        "/v1/mode",
+        content=body,
+        headers={**AUTH, "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert r.status_code == 200 and r.json()["mode"] == "round_robin", r.text
+    broken = admin.client.post("/v1/mode", content=b'{"action": "hold"', headers=AUTH)
+    assert broken.status_code == 422
+    assert broken.json()["error"].startswith("body: Invalid JSON: EOF while parsing")
 
 
 def test_manual_resume_rollback_hold_are_stored(admin: Admin) -> None:

@@ -2,19 +2,21 @@
 
 Both need `Authorization: Bearer <token>` with the token from `$SLAGUARD_ADMIN_TOKEN`,
 compared with `hmac.compare_digest` (constant time). Without a configured token they
-answer 403 "disabled": never open. Authentication is checked before the body is looked at,
-so an unauthenticated caller learns nothing about the payload format (only a body that
-is not JSON at all is refused first, with 422).
+answer 403 "disabled": never open. Authentication is checked before the body is read, so
+an unauthenticated caller learns nothing about the payload format. Bodies are parsed here,
+whatever their Content-Type, so a mistake is one 422 line naming the field.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Request
+from pydantic import BaseModel, ValidationError
 
+from slaguard.service.hotpath import json_body, validation_message
 from slaguard.service.modes import FiringAlert, ModeUnavailableError
 from slaguard.service.schemas import (
     AlertmanagerResponse,
@@ -27,6 +29,7 @@ from slaguard.service.views import runtime_of
 
 log = logging.getLogger(__name__)
 router = APIRouter()
+_Body = TypeVar("_Body", bound=BaseModel)
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse},
     403: {"model": ErrorResponse},
@@ -58,14 +61,25 @@ def require_admin(
         )
 
 
+async def _parsed(request: Request, model: type[_Body]) -> _Body:
+    """`model` from the body, after `require_admin` passed (FastAPI would parse a declared
+    body before any dependency runs)."""
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise HTTPException(422, validation_message(exc.errors())) from None
+
+
 @router.post(
     "/v1/mode",
     response_model=ModeResponse,
     responses=AUTH_ERRORS,
     dependencies=[Depends(require_admin)],
     summary="Roll back, hold or resume the fleet's learned policy",
+    openapi_extra=json_body(ModeRequest),
 )
-async def mode(request: Request, body: ModeRequest) -> ModeResponse:
+async def mode(request: Request) -> ModeResponse:
+    body = await _parsed(request, ModeRequest)
     rt = runtime_of(request)
     if body.stage_pct is not None and body.action != "resume":
         raise HTTPException(422, "stage_pct: only valid with action 'resume'")
@@ -90,8 +104,10 @@ async def mode(request: Request, body: ModeRequest) -> ModeResponse:
     responses=AUTH_ERRORS,
     dependencies=[Depends(require_admin)],
     summary="Alertmanager webhook (v4): configured firing alerts roll the fleet back",
+    openapi_extra=json_body(AlertmanagerWebhook),
 )
-async def alertmanager(request: Request, body: AlertmanagerWebhook) -> AlertmanagerResponse:
+async def alertmanager(request: Request) -> AlertmanagerResponse:
+    body = await _parsed(request, AlertmanagerWebhook)
     rt = runtime_of(request)
     wanted = set(rt.config.alertmanager.rollback_alerts)
     severities = set(rt.config.alertmanager.rollback_severities)
