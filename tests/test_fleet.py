@@ -91,6 +91,14 @@ def test_spec_sheet_figures_reach_the_catalogue() -> None:
             {"targets": [{"id": "a", "model": "llama3.1-8b", "card": "h100", "tp": 0}]},
             "targets[0].tp",
         ),
+        (
+            {"targets": [{"id": "a", "model": "llama3.1-8b", "card": "h100", "url": "not a url"}]},
+            "targets[0].url: Input should be a valid URL",
+        ),
+        (
+            {"targets": [{"id": "a", "model": "llama3.1-8b", "card": "h100", "url": "ftp://x"}]},
+            "URL scheme should be 'http' or 'https' (got 'ftp://x'); fix: write the backend's",
+        ),
     ],
 )
 def test_mistakes_name_file_field_and_fix(doc: dict[str, object], expected: str) -> None:

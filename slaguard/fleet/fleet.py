@@ -16,13 +16,22 @@ from typing import Any, TypeVar
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 
 from slaguard.fleet.catalogue import CardType, ModelSpec, builtin_cards, builtin_models
 from slaguard.fleet.request import Priority
 from slaguard.userfiles import load_user_yaml
 
 _M = TypeVar("_M", bound=BaseModel)
+_HTTP_URL = TypeAdapter(AnyHttpUrl)
 
 MEMORY_HEADROOM = 0.92
 """Usable share of card memory: 8 % is kept for fragmentation and bursts."""
@@ -61,6 +70,14 @@ class TargetSpec(BaseModel):
     count: int = Field(default=1, ge=1, le=4096)
     url: str | None = None
     priorities: list[Priority] = Field(default_factory=lambda: list(Priority))
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        """A backend address the gateway and the scraper can reach (`{i}`: the index)."""
+        if url is not None:
+            _HTTP_URL.validate_python(url.replace("{i}", "0"))
+        return url
 
 
 class FleetFile(BaseModel):
@@ -183,9 +200,12 @@ def build_fleet(raw: Any, source: str = "<fleet>") -> Fleet:
         err = exc.errors()[0]
         value = err.get("input")
         shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
-        raise _fail(
-            source, _field_path(err["loc"]), f"{err['msg']}{shown}", "correct the value"
-        ) from None
+        fix = (
+            "write the backend's base URL, like http://10.0.0.5:8000"
+            if err["loc"][-1] == "url"
+            else "correct the value"
+        )
+        raise _fail(source, _field_path(err["loc"]), f"{err['msg']}{shown}", fix) from None
     cards = _catalogue(source, "cards", {**builtin_cards(), **spec.cards}, CardType)
     models = _catalogue(source, "models", {**builtin_models(), **spec.models}, ModelSpec)
     for mid, m in models.items():

@@ -47,6 +47,18 @@ class TelemetryConfig(_Section):
         default=1.0, gt=0, le=300, description="older picture: target treated as saturated"
     )
 
+    @model_validator(mode="after")
+    def _stale_after_a_scrape(self) -> TelemetryConfig:
+        """A picture that goes stale before the next scrape leaves every target saturated."""
+        if self.scrape and self.stale_after_s <= self.scrape_interval_s:
+            raise ValueError(
+                f"stale_after_s {self.stale_after_s} is not above scrape_interval_s "
+                f"{self.scrape_interval_s}: every picture would go stale before the next "
+                "scrape and every target be treated as saturated; fix: raise stale_after_s "
+                "(default 1.0) or lower scrape_interval_s"
+            )
+        return self
+
 
 class GatewayConfig(_Section):
     """The OpenAI-compatible proxy."""
@@ -167,19 +179,47 @@ def load_config(
     try:
         return cls(**kwargs)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        value = err.get("input")
-        shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
-        raise ServiceConfigError(
-            f"{source}: {_field_path(err['loc'])}: {err['msg']}{shown}; fix: correct the value "
-            f"(file or ${ENV_PREFIX}{'__'.join(str(p).upper() for p in err['loc'])})"
-        ) from None
+        raise ServiceConfigError(_config_error(exc.errors()[0], source, kwargs)) from None
+
+
+def _config_error(err: Any, file_source: str, flags: Mapping[str, Any]) -> str:
+    """One line naming where the bad value came from (flag, environment variable or
+    file), the field, and the fix."""
+    loc: tuple[int | str, ...] = err["loc"]
+    field = _field_path(loc)
+    value = err.get("input")
+    shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
+    env_name = ENV_PREFIX + "__".join(str(p).upper() for p in loc)
+    env_set = {k.upper() for k in os.environ}
+    if err["type"] == "extra_forbidden":
+        where = file_source if file_source != "environment" else f"${env_name}"
+        fix = "remove it; the keys are those of examples/serve.yaml"
+        if loc == ("admin_token",):
+            fix = f"remove it; the admin token is read only from ${ADMIN_TOKEN_ENV}(_FILE)"
+        return f"{where}: {field}: unknown setting; fix: {fix}"
+    if err["type"] == "value_error":  # a check across fields: its message names the fix
+        where = f"${env_name}" if env_name in env_set else file_source
+        return f"{where}: {field}: {err['ctx']['error']}"
+    top = str(loc[0]) if loc else ""
+    if top in flags and not isinstance(flags[top], dict):
+        flag = f"--{top.replace('_', '-')}"
+        return f"{flag}: {err['msg']}{shown}; fix: pass a valid value"
+    if env_name in env_set:
+        where, fix = f"${env_name}", "correct the variable or unset it"
+    else:
+        where, fix = file_source, f"correct the value (or set ${env_name})"
+    return f"{where}: {field}: {err['msg']}{shown}; fix: {fix}"
 
 
 def admin_token(env: Mapping[str, str] | None = None) -> SecretStr | None:
     """The admin bearer token from the environment; None disables the admin endpoints."""
     env = os.environ if env is None else env
     value = env.get(ADMIN_TOKEN_ENV, "").strip()
+    if ADMIN_TOKEN_ENV in env and not value:
+        raise ServiceConfigError(
+            f"{ADMIN_TOKEN_ENV}: set but blank; fix: set a long random token (e.g. "
+            "`openssl rand -hex 32`), or unset it to leave the admin endpoints disabled"
+        )
     if not value:
         file_name = env.get(f"{ADMIN_TOKEN_ENV}_FILE", "").strip()
         if file_name:
@@ -190,6 +230,10 @@ def admin_token(env: Mapping[str, str] | None = None) -> SecretStr | None:
                     f"{ADMIN_TOKEN_ENV}_FILE: cannot read {file_name} ({exc.strerror}); "
                     "fix: point it at a readable secrets file"
                 ) from None
+            if not value:
+                raise ServiceConfigError(
+                    f"{ADMIN_TOKEN_ENV}_FILE: {file_name} is empty; fix: write the token in it"
+                )
     if value and len(value) < 16:
         raise ServiceConfigError(
             f"{ADMIN_TOKEN_ENV}: token shorter than 16 characters; fix: use a long random "

@@ -1,0 +1,77 @@
+"""`slaguard serve` settings: each mistake is one line naming where the value came from
+(flag, environment variable or file), the field, and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slaguard.service.config import ServiceConfigError, admin_token, load_config
+
+
+def _error(path: Path | None = None, flags: dict[str, object] | None = None) -> str:
+    with pytest.raises(ServiceConfigError) as err:
+        load_config(path, flags)
+    message = str(err.value)
+    assert "\n" not in message and "fix:" in message
+    return message
+
+
+def test_a_flag_is_named_as_the_flag() -> None:
+    """It said `environment: port: ...` and suggested the file or $SLAGUARD_SERVE_PORT."""
+    assert _error(flags={"port": 99999}) == (
+        "--port: Input should be less than or equal to 65535 (got 99999); fix: pass a valid value"
+    )
+
+
+def test_an_environment_variable_is_named_as_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It named the YAML file even when the bad value came from the environment."""
+    (tmp_path / "serve.yaml").write_text("port: 9000\n")
+    monkeypatch.setenv("SLAGUARD_SERVE_GATEWAY__CONNECT_TIMEOUT_S", "abc")
+    assert _error(tmp_path / "serve.yaml").startswith(
+        "$SLAGUARD_SERVE_GATEWAY__CONNECT_TIMEOUT_S: gateway.connect_timeout_s: Input should "
+        "be a valid number"
+    )
+
+
+def test_a_file_value_is_named_with_the_file(tmp_path: Path) -> None:
+    (tmp_path / "serve.yaml").write_text("gateway:\n  connect_timeout_s: -1\n")
+    assert _error(tmp_path / "serve.yaml") == (
+        f"{tmp_path / 'serve.yaml'}: gateway.connect_timeout_s: Input should be greater than 0 "
+        "(got -1); fix: correct the value (or set $SLAGUARD_SERVE_GATEWAY__CONNECT_TIMEOUT_S)"
+    )
+
+
+def test_the_admin_token_in_the_file_points_at_its_variable(tmp_path: Path) -> None:
+    """It suggested $SLAGUARD_SERVE_ADMIN_TOKEN, which nothing reads."""
+    (tmp_path / "serve.yaml").write_text("admin_token: abcdefabcdefabcdef\n")
+    assert _error(tmp_path / "serve.yaml").endswith(
+        "admin_token: unknown setting; fix: remove it; the admin token is read only from "
+        "$SLAGUARD_ADMIN_TOKEN(_FILE)"
+    )
+
+
+def test_a_picture_stale_before_the_next_scrape_is_refused(tmp_path: Path) -> None:
+    """Accepted before: every target read as saturated and every route got no_capacity."""
+    (tmp_path / "serve.yaml").write_text("telemetry:\n  stale_after_s: 0.2\n")
+    assert _error(tmp_path / "serve.yaml").endswith(
+        "telemetry: stale_after_s 0.2 is not above scrape_interval_s 0.25: every picture would "
+        "go stale before the next scrape and every target be treated as saturated; fix: raise "
+        "stale_after_s (default 1.0) or lower scrape_interval_s"
+    )
+    pushed_only = load_config(None, {"telemetry": {"scrape": False, "stale_after_s": 0.2}})
+    assert pushed_only.telemetry.stale_after_s == 0.2
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_a_blank_admin_token_is_refused_not_ignored(value: str, tmp_path: Path) -> None:
+    """A blank token disabled the admin endpoints with a warning; a short one was refused."""
+    with pytest.raises(ServiceConfigError, match="SLAGUARD_ADMIN_TOKEN: set but blank; fix:"):
+        admin_token({"SLAGUARD_ADMIN_TOKEN": value})
+    (tmp_path / "token").write_text("\n")
+    with pytest.raises(ServiceConfigError, match="token is empty; fix: write the token in it"):
+        admin_token({"SLAGUARD_ADMIN_TOKEN_FILE": str(tmp_path / "token")})
+    assert admin_token({}) is None
