@@ -58,8 +58,13 @@ def test_decisions_in_every_format(db: str, tmp_path: Path) -> None:
                                      "--target", SICK_TARGET)))  # fmt: skip
     assert list(csv["request_id"]) == want
     assert {"explanation"}.isdisjoint(csv.columns) and "ttft_s" in csv.columns
-    rows = json.loads(ok("audit", "decisions", "--db", db, *WINDOW, "-f", "json", "--limit", "7"))
+    cut = runner.invoke(
+        app, ["audit", "decisions", "--db", db, *WINDOW, "-f", "json", "--limit", "7"]
+    )
+    rows = json.loads(cut.stdout)
     assert len(rows) == 7 and rows[0]["decided_at"].startswith("2026-11-30T00:5")
+    # a cut answer says so (an export of the first 1,000 rows looked like all of them)
+    assert cut.stderr == "note: the first 7 decisions; --limit 0 for all of them\n"
     out = tmp_path / "d.parquet"
     ok("audit", "decisions", "--db", db, *WINDOW, "-f", "parquet", "-o", str(out), "--limit", "0")
     assert len(pd.read_parquet(out)) == len(RUN.decisions)
@@ -171,11 +176,32 @@ def test_bad_input_gets_one_line_and_exit_2(db: str, tmp_path: Path) -> None:
     assert "--older-than: cannot read '30 days ago'" in one_line_error(
         "audit", "prune", "--older-than", "30 days ago", "--db", db
     )
+    # pandas reads a bare number as nanoseconds: this prune deleted every row
+    assert "--older-than: cannot read '30' as a duration; write a number and a unit" in (
+        one_line_error("audit", "prune", "--older-than", "30", "--db", db)
+    )
+    assert "--before: cannot read '1ms' as a duration" in one_line_error(
+        "audit", "incident", "1", "--before", "1ms", "--db", db
+    )
+    # pandas reads 'today' as this machine's local time, which was then labelled UTC
+    assert "--since: cannot read 'today' as a time" in one_line_error(
+        "audit", "decisions", "--db", db, "--since", "today"
+    )
     assert "--policy: unknown arm 'random'" in one_line_error(
         "audit", "decisions", "--db", db, "--policy", "random"
     )
     assert "add --output FILE.parquet" in one_line_error(
         "audit", "summary", "--db", db, "-f", "parquet"
+    )
+    assert "--output: the table is for the terminal; add --format csv" in one_line_error(
+        "audit", "summary", "--db", db, "-o", str(tmp_path / "s.txt")
+    )
+    assert f"--output: {db} is not a directory" in one_line_error(
+        "audit", "summary", "--db", db, "-f", "csv", "-o", f"{db}/s.csv"
+    )
+    # a write that fails half-way (here a full disk) was a traceback
+    assert "--output: cannot write /dev/full: No space left on device" in one_line_error(
+        "audit", "summary", "--db", db, *WINDOW, "-f", "json", "-o", "/dev/full"
     )
     assert "must be a .png file" in one_line_error(
         "audit", "incident", "1", "--db", db, "--plot", str(tmp_path / "x.svg")

@@ -13,11 +13,19 @@ import pandas as pd  # type: ignore[import-untyped]
 
 _DAY_WEEK_UNIT = re.compile(r"(?<=\d)\s*([dw])(?![a-z])")
 _BARE_DURATION = re.compile(r"(\d+(\.\d+)?\s*[a-zA-Z]+\s*)+")
+_DURATION = re.compile(r"(\d+(\.\d+)?\s*(w|d|h|min|m|s)\s*)+")
 TIME_HELP = "ISO 8601 (2026-11-29T14:00Z; no zone means UTC), 'now', or relative: -2h, -30m, -7d"
 
 
 def parse_duration(text: str, option: str) -> timedelta:
-    """A positive duration like `30d`, `2h`, `1h30m`, `90s`."""
+    """A positive duration like `30d`, `2h`, `1h30m`, `90s`: every number has a unit of a
+    second or more (pandas reads a bare `30` as 30 ns, so `prune --older-than 30` would
+    have deleted everything)."""
+    if not _DURATION.fullmatch(text.strip()):
+        raise ValueError(
+            f"{option}: cannot read {text!r} as a duration; write a number and a unit "
+            "(s, m, h, d, w), e.g. 30d, 2h, 1h30m, 90s"
+        )
     normalized = _DAY_WEEK_UNIT.sub(lambda m: m.group(1).upper(), text.strip())
     try:
         value = pd.Timedelta(normalized)
@@ -47,6 +55,9 @@ def parse_time(text: str, option: str, now: datetime) -> datetime:
             f"{option}: {text!r} is a duration, not a time; for {stripped} before now "
             f"write -{stripped}"
         )
+    if stripped.isalpha():
+        # pandas reads 'today' as this machine's local time, then labelled UTC here
+        raise ValueError(f"{option}: cannot read {text!r} as a time; use {TIME_HELP}")
     try:
         stamp = pd.Timestamp(stripped)
     except (ValueError, TypeError):

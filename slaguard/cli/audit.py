@@ -24,7 +24,7 @@ from slaguard.audit.timeargs import TIME_HELP, parse_duration, parse_range, span
 from slaguard.cli.db import DbOption, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
-from slaguard.cli.output import check_output
+from slaguard.cli.output import check_output, check_writable, writing
 
 app = typer.Typer(help="Postmortem queries over recorded routing decisions.", no_args_is_help=True)
 
@@ -94,9 +94,12 @@ def decisions_command(
             limit=limit or None,
         )
     )  # fmt: skip
+    if limit and len(frame) == limit:
+        typer.echo(f"note: the first {limit} decisions; --limit 0 for all of them", err=True)
     if fmt is OutputFormat.TABLE:
         frame = frame[list(TABLE_DECISION_COLUMNS)]
-    emit_frame(frame, fmt, output, f"decisions {span_title(start, end)}")
+    with writing(output):
+        emit_frame(frame, fmt, output, f"decisions {span_title(start, end)}")
 
 
 @app.command("explain")
@@ -110,7 +113,9 @@ def explain_command(
     weights version, fleet mode, and how the request turned out."""
     check_output(fmt, output)
     engine = open_audit_db(db)
-    emit_explanation(_answer(lambda: service.explain(engine, request_id)), fmt, output)
+    found = _answer(lambda: service.explain(engine, request_id))
+    with writing(output):
+        emit_explanation(found, fmt, output)
 
 
 @app.command("summary")
@@ -130,7 +135,8 @@ def summary_command(
     engine = open_audit_db(db)
     frame = _answer(lambda: service.summary(engine, start, end, capacity))
     _warn_targets_outside(frame["target_id"], capacity, fleet_file)
-    emit_frame(frame, fmt, output, f"summary {span_title(start, end)}")
+    with writing(output):
+        emit_frame(frame, fmt, output, f"summary {span_title(start, end)}")
 
 
 @app.command("incident")
@@ -149,8 +155,8 @@ def incident_command(
     check_output(fmt, output)
     if plot is not None and plot.suffix.lower() != ".png":
         fail(f"--plot: {plot} must be a .png file")
-    if plot is not None and not plot.parent.is_dir():
-        fail(f"--plot: directory {plot.parent} does not exist")
+    if plot is not None:
+        check_writable(plot, "--plot")
     pre = _answer(lambda: parse_duration(before, "--before"))
     post = _answer(lambda: parse_duration(after, "--after"))
     capacity = service.fleet_capacity(load_or_fail(fleet_file))
@@ -161,7 +167,8 @@ def incident_command(
         )
     )
     _warn_targets_outside(timeline.per_target["target_id"], capacity, fleet_file)
-    emit_timeline(timeline, fmt, output)
+    with writing(output):
+        emit_timeline(timeline, fmt, output)
     if timeline.per_target.empty:
         start, end = timeline.window
         typer.echo(
@@ -174,7 +181,8 @@ def incident_command(
 
         start, end = timeline.window
         series = _answer(lambda: service.ttft_p99_series(engine, start, end))
-        plot_incident(timeline, series, plot)
+        with writing(plot, "--plot"):
+            plot_incident(timeline, series, plot)
         typer.echo(f"plot written to {plot}", err=True)
 
 

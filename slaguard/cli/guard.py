@@ -32,7 +32,7 @@ from slaguard.audit.timeargs import (
 )
 from slaguard.cli.db import DbOption, open_audit_db
 from slaguard.cli.errors import fail
-from slaguard.cli.output import check_output
+from slaguard.cli.output import check_output, writing
 from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore
 from slaguard.guard.leader import current_leader
@@ -222,8 +222,8 @@ def history(
     check_output(fmt, output)
     engine = open_audit_db(db)
     frame = _query(lambda: mode_history(engine, start, end))
-    title = f"mode switches {span_title(start, end)}"
-    emit_frame(frame, fmt, output, title)
+    with writing(output):
+        emit_frame(frame, fmt, output, f"mode switches {span_title(start, end)}")
 
 
 def incidents(
@@ -243,7 +243,8 @@ def incidents(
     check_output(fmt, output)
     engine = open_audit_db(db)
     frame = _query(lambda: incident_list(engine, open_only=open_only, since=start))
-    emit_frame(frame, fmt, output, "open incidents" if open_only else "incidents")
+    with writing(output):
+        emit_frame(frame, fmt, output, "open incidents" if open_only else "incidents")
 
 
 def _query(run: Callable[[], _T]) -> _T:
