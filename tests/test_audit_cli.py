@@ -164,6 +164,11 @@ def test_bad_input_gets_one_line_and_exit_2(db: str, tmp_path: Path) -> None:
         "audit", "explain", "nope", "--db", db
     )
     assert "no incident with id 42" in one_line_error("audit", "incident", "42", "--db", db)
+    huge = str(2**63)  # SQLite's driver raised OverflowError, PostgreSQL 'integer out of range'
+    assert f"no incident with id {huge}" in one_line_error("audit", "incident", huge, "--db", db)
+    assert "--db: cannot read 'postgresql+psycopg://u@127.0.0.1:notaport/x' as a database" in (
+        one_line_error("audit", "summary", "--db", "postgresql+psycopg://u@127.0.0.1:notaport/x")
+    )
     assert "--since: cannot read 'yesterday'" in one_line_error(
         "audit", "decisions", "--db", db, "--since", "yesterday"
     )

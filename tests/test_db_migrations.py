@@ -113,6 +113,14 @@ def test_db_cli_upgrade_then_current(tmp_path: Path) -> None:
     result = runner.invoke(app, ["db", "current", "--db", db])
     assert result.exit_code == 0
     assert "revision 0002_guard_state (head 0002_guard_state): up to date" in result.output
+    bogus = runner.invoke(app, ["db", "upgrade", "--db", db, "--revision", "bogus"])
+    assert bogus.exit_code == 2 and bogus.output.startswith(
+        "error: --revision: unknown revision 'bogus'; use head or one of ['0001_"
+    )
+    back = runner.invoke(app, ["db", "upgrade", "--db", db, "--revision", FIRST])
+    assert back.exit_code == 0 and back.output.endswith(
+        f"0002_guard_state -> 0002_guard_state (already past {FIRST}: upgrade never goes back)\n"
+    )
 
 
 def test_db_cli_reports_a_stale_schema_and_unreachable_server(tmp_path: Path) -> None:
@@ -121,7 +129,8 @@ def test_db_cli_reports_a_stale_schema_and_unreachable_server(tmp_path: Path) ->
     upgrade(create_audit_engine(f"sqlite:///{db}"), FIRST)
     result = runner.invoke(app, ["db", "current", "--db", db])
     assert result.exit_code == 1
-    assert "behind: run `slaguard db upgrade`" in result.output
+    # the hint names the database: run as printed it migrated ./slaguard.db instead
+    assert f"behind: run `slaguard db upgrade --db sqlite:///{db}`" in result.output
     result = runner.invoke(app, ["audit", "summary", "--db", db])
     assert result.exit_code == 2
     assert result.output.count("\n") == 1

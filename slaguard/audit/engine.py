@@ -42,7 +42,7 @@ def resolve_db_url(value: str | None) -> URL:
         text = f"sqlite:///{text}"
     try:
         url = make_url(text)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise DatabaseUrlError(
             f"--db: cannot read {text!r} as a database URL; use "
             "postgresql+psycopg://user@host:5432/db or a SQLite file path"

@@ -148,6 +148,10 @@ def open_incident(engine: Engine, rec: IncidentRecord) -> int:
     return int(key[0])
 
 
+_MAX_INCIDENT_ID = 2**31 - 1
+"""`incidents.id` is an INTEGER: 32 bits on PostgreSQL."""
+
+
 def _update_incident(engine: Engine, incident_id: int, **values: Any) -> None:
     with engine.begin() as conn:
         result = conn.execute(update(Incident).where(Incident.id == incident_id).values(**values))
@@ -195,7 +199,10 @@ def _to_stored(row: Incident) -> StoredIncident:
 
 
 def get_incident(engine: Engine, incident_id: int) -> StoredIncident:
-    """One incident by id, or UnknownIncidentError."""
+    """One incident by id, or UnknownIncidentError (also for an id no INTEGER column can
+    hold, which SQLite's driver and PostgreSQL would refuse with errors of their own)."""
+    if not 1 <= incident_id <= _MAX_INCIDENT_ID:
+        raise UnknownIncidentError(f"no incident with id {incident_id}")
     with Session(engine) as session:
         row = session.get(Incident, incident_id)
         if row is None:

@@ -77,6 +77,11 @@ def upgrade_command(
     revision: str = typer.Option("head", help="Target revision."),
 ) -> None:
     """Create or upgrade the audit schema (SQLite file is created if missing)."""
+    if revision != "head" and revision not in known_revisions():
+        fail(
+            f"--revision: unknown revision {revision!r}; use head or one of "
+            f"{sorted(known_revisions())}"
+        )
     engine = connect(db, create=True)
     before = current_revision(engine)
     try:
@@ -88,7 +93,9 @@ def upgrade_command(
     except SQLAlchemyError as exc:
         fail(f"upgrade of {shown_url(engine.url)} failed: {error_line(exc)}")
     after = current_revision(engine)
-    typer.echo(f"{shown_url(engine.url)}: {before or 'empty'} -> {after}")
+    past = revision not in ("head", after)
+    note = f" (already past {revision}: upgrade never goes back)" if past else ""
+    typer.echo(f"{shown_url(engine.url)}: {before or 'empty'} -> {after}{note}")
 
 
 @app.command("current")
@@ -97,12 +104,13 @@ def current_command(db: str | None = DbOption) -> None:
     engine = connect(db)
     current = current_revision(engine)
     head = head_revision()
+    upgrade_it = f"`slaguard db upgrade --db {shown_url(engine.url)}`"
     if current == head:
         state = "up to date"
     elif current is None:
-        state = "not migrated: run `slaguard db upgrade`"
+        state = f"not migrated: run {upgrade_it}"
     elif current in known_revisions():
-        state = "behind: run `slaguard db upgrade`"
+        state = f"behind: run {upgrade_it}"
     else:
         state = "newer than this slaguard: upgrade slaguard"
     typer.echo(f"{shown_url(engine.url)}: revision {current or 'none'} (head {head}): {state}")
