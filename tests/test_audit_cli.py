@@ -192,6 +192,9 @@ def test_bad_input_gets_one_line_and_exit_2(db: str, tmp_path: Path) -> None:
     assert "--since: cannot read 'today' as a time" in one_line_error(
         "audit", "decisions", "--db", db, "--since", "today"
     )
+    assert "--mode: unknown fleet mode 'rollout(ten)'" in one_line_error(
+        "audit", "decisions", "--db", db, "--mode", "rollout(ten)"
+    )
     assert "--policy: unknown arm 'random'" in one_line_error(
         "audit", "decisions", "--db", db, "--policy", "random"
     )

@@ -157,6 +157,13 @@ def test_bad_input_is_one_line_and_exit_2(audit_engine: Engine, tmp_path: Path) 
     assert "--reason: required" in one_line_error("rollback", *db)
     assert "--reason: required" in one_line_error("rollback", "--reason", "  ", *db)
     assert "--actor: empty" in one_line_error("rollback", "--reason", "x", "--actor", "", *db)
+    for actor in ("bob\nalice", "x" * 200):  # the column holds 128; a newline split log lines
+        assert "is not a name on one line of at most 120" in one_line_error(
+            "rollback", "--reason", "x", "--actor", actor, *db
+        )
+    assert "--window: cannot read '30' as a duration" in one_line_error(
+        "status", "--window", "30", *db
+    )
     for stage in ("0", "101", "ten"):
         assert f"--stage: '{stage}' is not a percentage" in one_line_error(
             "resume", "--stage", stage, *db

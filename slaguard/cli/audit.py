@@ -25,6 +25,7 @@ from slaguard.cli.db import DbOption, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.cli.output import check_output, check_writable, writing
+from slaguard.scheduler.rollout import FleetMode
 
 app = typer.Typer(help="Postmortem queries over recorded routing decisions.", no_args_is_help=True)
 
@@ -86,6 +87,8 @@ def decisions_command(
     check_output(fmt, output)
     if policy is not None and policy not in POLICY_ARMS:
         fail(f"--policy: unknown arm {policy!r}; use one of {sorted(POLICY_ARMS)}")
+    if mode is not None:
+        _check_mode(mode)
     start, end = _answer(lambda: parse_range(since, until, _now()))
     engine = open_audit_db(db)
     frame = _answer(
@@ -100,6 +103,17 @@ def decisions_command(
         frame = frame[list(TABLE_DECISION_COLUMNS)]
     with writing(output):
         emit_frame(frame, fmt, output, f"decisions {span_title(start, end)}")
+
+
+def _check_mode(label: str) -> None:
+    """A fleet mode label as stored, or one line: an unknown one matched nothing, silently."""
+    try:
+        FleetMode.parse(label)
+    except ValueError:
+        fail(
+            f"--mode: unknown fleet mode {label!r}; use round_robin, held_round_robin, "
+            "learned or rollout(10|50|100)"
+        )
 
 
 @app.command("explain")

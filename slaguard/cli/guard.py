@@ -48,11 +48,21 @@ FormatOption = typer.Option(OutputFormat.TABLE, "--format", "-f", help="Output f
 OutputOption = typer.Option(None, "--output", "-o", help="Write to this file.", dir_okay=False)
 
 
+_MAX_ACTOR = 120
+"""`actor` columns hold 128 characters; the API prefixes its actors with `api:`."""
+
+
 def _actor(value: str | None) -> str:
     if value is not None:
-        if not value.strip():
+        name = value.strip()
+        if not name:
             fail("--actor: empty; give a name, or leave it out to use the OS user")
-        return value.strip()
+        if len(name) > _MAX_ACTOR or not name.isprintable():
+            fail(
+                f"--actor: {name[:40]!r} is not a name on one line of at most {_MAX_ACTOR} "
+                "characters; fix: give a user or team name"
+            )
+        return name
     try:
         return getpass.getuser()
     except (KeyError, OSError):
