@@ -235,6 +235,7 @@ def test_every_candidate_failing_is_a_502(stack: Stack) -> None:
         ({**_chat(), "model": "gpt-9"}, {}, "model"),
         ({"model": MODEL}, {}, "messages"),
         ({**_chat(), "max_tokens": 0}, {}, "max_tokens"),
+        ({**_chat(), "max_tokens": "5"}, {}, "max_tokens"),
         (_chat(), {"X-Slaguard-Priority": "vip"}, "X-Slaguard-Priority"),
         (_chat(), {"X-Slaguard-Deadline-S": "-1"}, "x-slaguard-deadline-s"),
     ],

@@ -148,6 +148,9 @@ def test_route_records_the_decision_with_its_explanation(api: Running) -> None:
             "priority",
         ),
         ({"model": "llama3.1-8b", "prompt_tokens": "many", "max_new_tokens": 1}, "prompt_tokens"),
+        # pydantic's lax mode read these as 100 and 1
+        ({"model": "llama3.1-8b", "prompt_tokens": "100", "max_new_tokens": 1}, "prompt_tokens"),
+        ({"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": True}, "max_new_tokens"),
         (
             {"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "deadline_s": 0},
             "deadline_s",

@@ -42,7 +42,7 @@ from slaguard.service.hotpath import (
     unless_client_leaves,
 )
 from slaguard.service.runtime import FieldError, Pending, Routed, ServiceRuntime
-from slaguard.service.schemas import ID_PATTERN, MAX_TOKENS, ErrorResponse
+from slaguard.service.schemas import ID_PATTERN, MAX_TOKENS, Count, ErrorResponse
 from slaguard.service.sse_meter import StreamMeter
 from slaguard.service.views import runtime_of
 
@@ -68,15 +68,15 @@ class ChatCompletionRequest(_Open):
 
     model: str = Field(min_length=1, max_length=128)
     messages: list[ChatMessage] = Field(min_length=1, max_length=10_000)
-    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    max_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    max_completion_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
     stream: bool = False
 
 
 class CompletionRequest(_Open):
     model: str = Field(min_length=1, max_length=128)
     prompt: str | list[str] = Field(max_length=10_000)
-    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    max_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
     stream: bool = False
 
 

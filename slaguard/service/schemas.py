@@ -8,16 +8,35 @@ route handler, since the fleet is only known at run time.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 MAX_TOKENS = 10_000_000
 ID_PATTERN = r"^[\x21-\x7e]{1,128}$"
 """Printable ASCII without spaces: ids end up in URLs, logs and VARCHAR(128) columns."""
 
 
+def _a_json_number(value: object) -> object:
+    """`"100"` or `true` for a count is a client's bug, not a number (pydantic's lax mode
+    would take both); `10.0` stays accepted, as many JSON encoders write it."""
+    if isinstance(value, str | bool):
+        raise PydanticCustomError(
+            "json_number",
+            "Input should be a number, not a {kind}",
+            {"kind": "boolean" if isinstance(value, bool) else "string"},
+        )
+    return value
+
+
+Count = Annotated[int, BeforeValidator(_a_json_number)]
+"""An integer field of a request body."""
+
+
 class _Body(BaseModel):
+    """A request body: no unknown keys, no NaN."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
@@ -25,8 +44,8 @@ class RouteRequest(_Body):
     """Metadata of one inference request the platform's gateway is about to send."""
 
     model: str = Field(min_length=1, max_length=128, description="fleet model id")
-    prompt_tokens: int = Field(ge=0, le=MAX_TOKENS)
-    max_new_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    prompt_tokens: Count = Field(ge=0, le=MAX_TOKENS)
+    max_new_tokens: Count = Field(ge=0, le=MAX_TOKENS)
     priority: str = Field(default="normal", description="high, normal or low")
     deadline_s: float | None = Field(
         default=None, gt=0, le=86_400, description="TTFT deadline; default: the priority's SLA"
@@ -58,8 +77,8 @@ class FeedbackRequest(_Body):
     ttft_s: float | None = Field(default=None, ge=0, le=86_400)
     tpot_s: float | None = Field(default=None, ge=0, le=3_600)
     e2e_s: float | None = Field(default=None, ge=0, le=86_400)
-    prompt_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
-    completion_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    prompt_tokens: Count | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    completion_tokens: Count | None = Field(default=None, ge=0, le=MAX_TOKENS)
 
 
 class FirstTokenRequest(_Body):
@@ -104,7 +123,7 @@ class ModeRequest(_Body):
     action: Literal["rollback", "hold", "resume"]
     reason: str = Field(min_length=1, max_length=500)
     actor: str = Field(default="api", min_length=1, max_length=128)
-    stage_pct: int | None = Field(default=None, gt=0, le=100, description="resume only")
+    stage_pct: Count | None = Field(default=None, gt=0, le=100, description="resume only")
 
 
 class ModeResponse(BaseModel):
