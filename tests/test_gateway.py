@@ -155,9 +155,9 @@ def test_client_leaving_a_whole_answer_is_recorded_failed(stack: Stack) -> None:
     violations = _metric_total(stack, "slaguard_sla_violations_total")
     started = time.monotonic()
     body = {"model": MODEL, "prompt": "hi", "max_tokens": 3000}
-    with httpx.Client(base_url=str(stack.client.base_url), timeout=0.5) as client:
-        with pytest.raises(httpx.ReadTimeout):
-            client.post("/v1/completions", json=body, headers={"X-Request-Id": "left-2"})
+    client = httpx.Client(base_url=str(stack.client.base_url), timeout=0.5)
+    with client, pytest.raises(httpx.ReadTimeout):
+        client.post("/v1/completions", json=body, headers={"X-Request-Id": "left-2"})
     left_after = time.monotonic() - started
     out = stack.outcome("left-2").outcome
     # Recorded when the client left, not when the 3,000-token answer would have ended.
