@@ -295,12 +295,31 @@ def _report(stack: Stack, every: dict[str, list[float]], console: Console) -> No
     )
 
 
+WORKDIR_MARK = ".slaguard-demo"
+"""Left in the demo's work directory: the only kind of non-empty directory it empties."""
+
+
+def prepare_workdir(workdir: Path) -> None:
+    """Empty a work directory an earlier demo made, or create it; refuse (RuntimeError)
+    any other non-empty directory rather than delete what someone keeps there."""
+    if workdir.exists() and not workdir.is_dir():
+        raise RuntimeError(f"--workdir: {workdir} is a file; fix: pass a directory")
+    if workdir.is_dir() and any(workdir.iterdir()):
+        if not (workdir / WORKDIR_MARK).is_file():
+            raise RuntimeError(
+                f"--workdir: {workdir} is not empty and was not made by the demo; fix: pass "
+                "a new or empty directory (the demo empties its work directory first)"
+            )
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / WORKDIR_MARK).write_text("made by `slaguard demo`; emptied by the next run\n")
+
+
 def run_demo(workdir: Path, plan: DemoPlan | None = None, console: Console | None = None) -> None:
     """The whole demo; `workdir` is emptied first and keeps the DB, config and logs."""
     plan = plan or DemoPlan()
     console = console or Console()
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    prepare_workdir(workdir)
     with running_stack(workdir, plan, console) as stack:
         console.print(
             f"replaying the Azure conversation trace {plan.trace_speedup:.0f}x for "
