@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 from test_engine_support import AZURE_FIXTURE
@@ -107,19 +109,49 @@ def test_simulate_cli_records_the_run(tmp_path: Path) -> None:
         ["simulate", "--trace", str(AZURE_FIXTURE), "--policy", "round-robin", "--audit-db", db],
     )
     assert result.exit_code == 0, result.output
-    assert "200 decisions and 200 outcomes recorded (400 rows written, 0 queued)" in result.output
+    assert "200 decisions and 200 outcomes recorded (400 rows written) in" in result.output
     listed = CliRunner().invoke(
         app, ["audit", "decisions", "--since", "-3h", "--db", db, "--format", "csv"]
     )
     assert listed.exit_code == 0 and len(listed.output.strip().splitlines()) == 201
 
 
-def test_simulate_cli_bad_audit_url_is_one_line(tmp_path: Path) -> None:
+def test_simulate_cli_takes_a_bare_file_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It recorded the run, then died in the closing line on the path (not a URL)."""
+    monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(
-        app, ["simulate", "--trace", str(AZURE_FIXTURE), "--audit-db", "nosuchdb://x"]
+        app, ["simulate", "--trace", str(AZURE_FIXTURE), "--audit-db", "sim.db"]
     )
-    assert result.exit_code == 2
-    assert result.output.count("error:") == 1 and "--audit-db" in result.output
+    assert result.exit_code == 0, result.output
+    assert "(400 rows written) in sqlite:///sim.db" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("db", "problem"),
+    [
+        ("nosuchdb://x", "--audit-db: backend 'nosuchdb' is not supported"),
+        # it simulated, retried for 120 s, then said "recorded" and exited 0
+        ("postgresql+psycopg://postgres@127.0.0.1:1/x", "cannot reach database"),
+        ("NOTADB", "file is not a database; check --audit-db"),
+        ("FOREIGN", "cannot create the audit schema in sqlite:///"),
+        ("sqlite:////proc/nowhere/a.db", "--audit-db: /proc/nowhere does not exist; fix: create"),
+        ("postgresql+psycopg://u:secret@h:port/db", "'postgresql+psycopg://u:***@h:port/db'"),
+    ],
+)
+def test_simulate_cli_refuses_an_unusable_audit_db_before_simulating(
+    tmp_path: Path, db: str, problem: str
+) -> None:
+    if db == "NOTADB":
+        db = str(tmp_path / "not.db")
+        (tmp_path / "not.db").write_text("not a database")
+    if db == "FOREIGN":
+        db = str(tmp_path / "foreign.db")
+        sqlite3.connect(db).execute("CREATE TABLE decisions (x)").connection.close()
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(AZURE_FIXTURE), "--audit-db", db])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr.count("\n") == 1 and problem in result.stderr, result.stderr
 
 
 def _sim_s(stored: object, base: float) -> float:

@@ -9,6 +9,7 @@ restart costs one failed batch, not a stuck pool.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -35,31 +36,37 @@ def default_db_url() -> str:
     return os.environ.get(DB_ENV_VAR) or f"sqlite:///{DEFAULT_SQLITE_FILE}"
 
 
-def resolve_db_url(value: str | None) -> URL:
-    """A `--db` value (URL, or a bare SQLite file path) -> SQLAlchemy URL."""
+def resolve_db_url(value: str | None, option: str = "--db") -> URL:
+    """A `--db` value (URL, or a bare SQLite file path) -> SQLAlchemy URL; `option` names
+    where the value came from in the errors."""
     text = value or default_db_url()
     if "://" not in text:
         text = f"sqlite:///{text}"
     try:
         url = make_url(text)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number
+        shown = _PASSWORD.sub(r"\1***@", text)
         raise DatabaseUrlError(
-            f"--db: cannot read {text!r} as a database URL; use "
+            f"{option}: cannot read {shown!r} as a database URL; fix: use "
             "postgresql+psycopg://user@host:5432/db or a SQLite file path"
         ) from None
     if url.get_backend_name() not in {"sqlite", "postgresql"}:
         raise DatabaseUrlError(
-            f"--db: backend {url.get_backend_name()!r} is not supported; use sqlite or "
+            f"{option}: backend {url.get_backend_name()!r} is not supported; use sqlite or "
             "postgresql+psycopg"
         )
     if url.drivername == "postgresql":
         url = url.set(drivername="postgresql+psycopg")
     if url.drivername not in {"sqlite", "postgresql+psycopg"}:
         raise DatabaseUrlError(
-            f"--db: driver {url.drivername!r} is not installed; use postgresql+psycopg://... "
-            "or sqlite:///FILE"
+            f"{option}: driver {url.drivername!r} is not installed; use "
+            "postgresql+psycopg://... or sqlite:///FILE"
         )
     return url
+
+
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+"""The password of a URL that does not parse, to mask it in the error line."""
 
 
 def shown_url(url: URL | str) -> str:

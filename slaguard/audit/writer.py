@@ -103,6 +103,7 @@ class AuditWriter:
         on_write_error: Callable[[str], None] | None = None,
     ) -> None:
         self.engine = engine
+        self.spill_dir = Path(spill_dir)
         self.settings = settings or WriterSettings()
         self._on_rows_written = on_rows_written
         self._on_write_error = on_write_error

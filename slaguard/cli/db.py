@@ -38,26 +38,28 @@ DB_HELP = (
 DbOption = typer.Option(None, "--db", help=DB_HELP, show_default=False)
 
 
-def connect(db: str | None, *, create: bool = False) -> Engine:
-    """An engine that has answered once; `create` allows a new SQLite file."""
+def connect(db: str | None, *, create: bool = False, option: str = "--db") -> Engine:
+    """An engine that has answered once; `create` allows a new SQLite file. `option`
+    names the flag the URL came from."""
     try:
-        url = resolve_db_url(db)
+        url = resolve_db_url(db, option)
     except DatabaseUrlError as exc:
         fail(str(exc))
     path = sqlite_path(url)
     if path is not None and not create and not path.is_file():
         fail(
-            f"--db: SQLite file {path} does not exist; create it with "
-            f"`slaguard db upgrade --db {path}` or pass the right --db"
+            f"{option}: SQLite file {path} does not exist; create it with "
+            f"`slaguard db upgrade --db {path}` or pass the right {option}"
         )
     if path is not None and create and not path.parent.is_dir():
-        fail(f"--db: directory {path.parent} does not exist; create it or pick another path")
+        why = "is not a directory" if path.parent.exists() else "does not exist"
+        fail(f"{option}: {path.parent} {why}; fix: create the directory or pick another path")
     engine = create_audit_engine(url)
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
     except SQLAlchemyError as exc:
-        fail(f"cannot reach database {shown_url(url)}: {error_line(exc)}; check --db")
+        fail(f"cannot reach database {shown_url(url)}: {error_line(exc)}; check {option}")
     return engine
 
 

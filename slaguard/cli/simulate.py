@@ -12,11 +12,13 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from sqlalchemy.exc import SQLAlchemyError
 
-from slaguard.audit.engine import DatabaseUrlError, shown_url
-from slaguard.audit.migrate import SchemaNotCurrentError
+from slaguard.audit.engine import error_line, shown_url
+from slaguard.audit.migrate import SchemaNotCurrentError, upgrade
 from slaguard.audit.spill import SpillInUseError
 from slaguard.audit.writer import open_writer
+from slaguard.cli.db import connect
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.fleet import Fleet
@@ -81,11 +83,20 @@ def prepare(
         fail(str(exc))
 
 
-def _audit_sink(url: str, sim: Simulation) -> AuditObserver:
-    """Open the audit writer (migrating the DB) and attach it to the run."""
+def _audit_sink(db: str, sim: Simulation) -> AuditObserver:
+    """Check the database answers and takes the schema before anything is simulated,
+    then open the audit writer and attach it to the run."""
+    engine = connect(db, create=True, option="--audit-db")
     try:
-        writer = open_writer(url, migrate=True)
-    except (DatabaseUrlError, SchemaNotCurrentError, SpillInUseError) as exc:
+        upgrade(engine)
+    except SQLAlchemyError as exc:
+        fail(f"--audit-db: cannot create the audit schema in {shown_url(engine.url)}: "
+             f"{error_line(exc)}; fix: use a new database, or one slaguard made")  # fmt: skip
+    finally:
+        engine.dispose()
+    try:
+        writer = open_writer(engine.url.render_as_string(hide_password=False), migrate=True)
+    except (SchemaNotCurrentError, SpillInUseError, OSError) as exc:
         fail(f"--audit-db: {exc}")
     horizon = float(sim.arrivals[-1]) if len(sim.arrivals) else 0.0
     sink = AuditObserver(writer, sim, base_epoch_s=time.time() - horizon - 60.0)
@@ -93,14 +104,22 @@ def _audit_sink(url: str, sim: Simulation) -> AuditObserver:
     return sink
 
 
-def _finish_audit(sink: AuditObserver, report: dict[str, Any], url: str) -> None:
+def _finish_audit(sink: AuditObserver, report: dict[str, Any]) -> None:
     """Write trips and mode switches, drain the writer, say where to look."""
     incidents = sink.record_guard_history(report)
     stats = sink.writer.close(drain_timeout_s=120)
+    url = shown_url(sink.writer.engine.url)
+    if stats.queue_depth:
+        fail(
+            f"--audit-db: {stats.queue_depth} of {sink.decisions + sink.outcomes} rows not "
+            f"written to {url} within 120 s ({stats.rows_written} written); they stay in the "
+            f"spill journal {sink.writer.spill_dir} and replay when a writer opens it again",
+            code=1,
+        )
     print(
         f"audit: {sink.decisions} decisions and {sink.outcomes} outcomes recorded "
-        f"({stats.rows_written} rows written, {stats.queue_depth} queued) in "
-        f"{shown_url(url)}; try: slaguard audit summary --since -2h --db '{url}'"
+        f"({stats.rows_written} rows written) in {url}; try: slaguard audit summary "
+        f"--since -2h --db '{url}'"
         + (f"; slaguard audit incident {incidents[0]} --db '{url}'" if incidents else ""),
         file=sys.stderr,
     )
@@ -174,7 +193,7 @@ def simulate(
     )
     print_summary(report, Console())
     if sink is not None:
-        _finish_audit(sink, report, audit_db or "")
+        _finish_audit(sink, report)
     if report_json is not None:
         try:
             report_json.write_text(json.dumps(report, indent=2) + "\n")
