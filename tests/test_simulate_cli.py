@@ -123,6 +123,25 @@ def test_guarded_is_refused_clearly_or_reports_a_guard(tmp_path: Path) -> None:
             ":2:",
         ),
         ("", "empty"),
+        # Python's JSON reader takes NaN: the replay then looped forever
+        (
+            '{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": []}\n'
+            '{"timestamp": NaN, "input_length": 1, "output_length": 1, "hash_ids": []}\n',
+            ":2: timestamp is nan",
+        ),
+        (
+            '{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1e400]}\n',
+            ":1: hash_ids is not a list of integers",
+        ),
+        (
+            f'{{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [{2**70}]}}\n',
+            ":1: hash_ids is not a list of integers",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3,3\n"
+            "2023-11-16T18:15:50Z,3,3\n",
+            "TIMESTAMP mixes times with and without a zone",
+        ),
     ],
 )
 def test_bad_trace_is_one_line(tmp_path: Path, content: str, problem: str) -> None:
@@ -140,6 +159,15 @@ def test_bad_trace_is_one_line(tmp_path: Path, content: str, problem: str) -> No
         ("faults:\n  - {kind: jitter, target: l40s, start_s: 9, end_s: 5, factor: 2}\n", ":2:"),
         ("faults:\n  - {kind: fail, target: b200-8b, start_s: 1, end_s: 5}\n", "b200-8b"),
         ("faults:\n  - {kind: new_model, model: gpt-5, start_s: 1, latency_factor: 2}\n", "gpt-5"),
+        # an infinite factor wrote Infinity into the report, a huge one ran out of memory
+        (
+            "faults:\n  - {kind: jitter, target: l40s, start_s: 1, end_s: 5, factor: .inf}\n",
+            "finite",
+        ),
+        (
+            "faults:\n  - {kind: load_spike, start_s: 1, end_s: 5, factor: 1000.0}\n",
+            "less than or equal to 100",
+        ),
     ],
 )
 def test_bad_faults_file_is_one_line(tmp_path: Path, content: str, problem: str) -> None:
@@ -179,3 +207,30 @@ def test_a_real_process_prints_one_line_and_exits_2(tmp_path: Path) -> None:
         proc.stderr
         == f"error: {tmp_path / 'gone.csv'}: file not found; fix: pass an existing trace file\n"
     )
+
+
+def test_a_scenario_that_would_not_act_as_written_is_warned_about(tmp_path: Path) -> None:
+    """A typo'd key (`end:`, `fault:`) or a window past the trace ran silently without
+    the fault the author meant."""
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(
+        "faults:\n  - kind: new_model\n    model: llama3.1-8b\n    start_s: 1\n    end: 9\n"
+        "    latency_factor: 2\n  - {kind: load_spike, start_s: 90000, end_s: 90001, factor: 2}\n"
+    )
+    result = runner.invoke(app, ["simulate", "--trace", str(AZURE_FIXTURE), "--faults", str(typo)])
+    assert result.exit_code == 0, result.output
+    warnings = [x for x in result.stderr.splitlines() if x.startswith("warning: ")]
+    assert warnings == [
+        f"warning: {typo}:5: faults[0].end: not a field of a new_model fault, ignored (its "
+        "fields: start_s, end_s, model, latency_factor)",
+        f"warning: {typo}: faults[1] (load_spike) starts at 90000 s, after the trace's last "
+        f"arrival at {warnings[1].split('arrival at ')[1].split(' s')[0]} s: it hits nothing",
+    ]
+    nothing = tmp_path / "nothing.yaml"
+    nothing.write_text(
+        "fault:\n  - {kind: jitter, target: l40s, start_s: 1, end_s: 5, factor: 2}\n"
+    )
+    result = runner.invoke(
+        app, ["simulate", "--trace", str(AZURE_FIXTURE), "--faults", str(nothing)]
+    )
+    assert f"warning: {nothing}: no `faults:` entries: the run has no faults" in result.stderr

@@ -75,12 +75,28 @@ def prepare(
     """Load trace and faults with one-line errors; returns the workload to replay."""
     path = trace_file or default_trace_path()
     try:
-        trace = load_trace(path, trace_format or TraceFormat.AUTO)
+        trace = _truncate(load_trace(path, trace_format or TraceFormat.AUTO), duration_s)
         schedule = load_faults(faults_file, fleet) if faults_file else FaultSchedule()
-        trace = apply_arrival_faults(_truncate(trace, duration_s), schedule, seed)
+        _warn(schedule, trace)
+        trace = apply_arrival_faults(trace, schedule, seed)
         return assign_workload(trace, fleet), schedule, str(path)
     except (TraceError, FaultError, WorkloadError) as exc:
         fail(str(exc))
+
+
+def _warn(schedule: FaultSchedule, trace: Trace) -> None:
+    """Say on stderr what in the scenario will not act as written: unknown keys, and
+    faults that start after the (kept) trace's last arrival."""
+    last = float(trace.arrival_s[-1] - trace.arrival_s[0]) if len(trace) else 0.0
+    notes = list(schedule.notes)
+    for i, fault in enumerate(schedule.faults):
+        if fault.start_s > last:
+            notes.append(
+                f"{schedule.source}: faults[{i}] ({fault.kind}) starts at {fault.start_s:g} s, "
+                f"after the trace's last arrival at {last:.0f} s: it hits nothing"
+            )
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
 
 
 def _audit_sink(db: str, sim: Simulation) -> AuditObserver:
@@ -131,8 +147,10 @@ def simulate(
     trace_format: TraceFormat | None = typer.Option(None, "--trace-format"),
     faults: Path | None = typer.Option(None, "--faults", help="Fault scenario YAML."),
     policy: Policy = typer.Option(Policy.LEARNED, "--policy"),
-    rate_scale: float = typer.Option(1.0, "--rate-scale", min=0.01, help="Arrival speed-up."),
-    seed: int = typer.Option(0, "--seed", help="Seed for fault injection randomness."),
+    rate_scale: float = typer.Option(
+        1.0, "--rate-scale", min=0.01, max=1000, help="Arrival speed-up."
+    ),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed for fault injection randomness."),
     duration: float | None = typer.Option(None, "--duration", min=1, help="Trace seconds kept."),
     baseline_s: float = typer.Option(300.0, "--baseline-s", min=0, help="Rollout baseline."),
     stage_s: float = typer.Option(300.0, "--stage-s", min=1, help="Rollout stage length."),

@@ -27,12 +27,18 @@ HOT_BLOCK_BASE = 1 << 40
 """Block ids of injected hot prompts start here, far above any real trace's ids."""
 
 
+MAX_SLOWDOWN = 1000.0
+"""A card 1,000x slower has stopped; write a `fail` fault."""
+MAX_LOAD_FACTOR = 100.0
+"""Arrivals are copied in memory: x100 of an hour-long trace is already ~2M requests."""
+
+
 class FaultError(ValueError):
     """A scenario mistake, worded as one line: `file:line: field: problem; fix: ...`."""
 
 
 class _Window(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
     start_s: float = Field(ge=0)
     end_s: float = math.inf
@@ -53,7 +59,7 @@ class JitterFault(_Window):
     kind: Literal["jitter"]
     target: str = Field(min_length=1)
     end_s: float
-    factor: float = Field(gt=0)
+    factor: float = Field(gt=0, le=MAX_SLOWDOWN)
 
 
 class FailFault(_Window):
@@ -79,7 +85,7 @@ class NewModelFault(_Window):
 
     kind: Literal["new_model"]
     model: str = Field(min_length=1)
-    latency_factor: float = Field(gt=0)
+    latency_factor: float = Field(gt=0, le=MAX_SLOWDOWN)
 
 
 class LoadSpikeFault(_Window):
@@ -87,13 +93,22 @@ class LoadSpikeFault(_Window):
 
     kind: Literal["load_spike"]
     end_s: float
-    factor: float = Field(gt=0)
+    factor: float = Field(gt=0, le=MAX_LOAD_FACTOR)
 
 
 Fault = Annotated[
     JitterFault | FailFault | HotPromptFault | NewModelFault | LoadSpikeFault,
     Field(discriminator="kind"),
 ]
+
+
+_KIND_MODELS: dict[str, type[_Window]] = {
+    "jitter": JitterFault,
+    "fail": FailFault,
+    "hot_prompt": HotPromptFault,
+    "new_model": NewModelFault,
+    "load_spike": LoadSpikeFault,
+}
 
 
 class FaultScenario(BaseModel):
@@ -110,6 +125,8 @@ class FaultSchedule:
 
     faults: tuple[Fault, ...] = ()
     source: str = "<no faults>"
+    notes: tuple[str, ...] = ()
+    """Warnings for the author: keys the schema does not know (kept, but ignored)."""
 
     def latency_factor(self, target: Target, now_s: float) -> float:
         """Product of active jitters on the target or its card type, and new-model slowdowns."""
@@ -256,10 +273,31 @@ def parse_faults(text: str, source: str = "<faults>", fleet: Fleet | None = None
         scenario = FaultScenario.model_validate(raw)
     except ValidationError as exc:
         raise _validation_error(source, root, exc) from None
-    schedule = FaultSchedule(tuple(scenario.faults), source)
+    schedule = FaultSchedule(tuple(scenario.faults), source, _unknown_keys(source, root, raw))
     if fleet is not None:
         check_against_fleet(schedule, fleet)
     return schedule
+
+
+def _unknown_keys(source: str, root: yaml.Node | None, raw: dict[str, Any]) -> tuple[str, ...]:
+    """Keys a fault kind does not have: kept (the schema welcomes more fields), but a typo
+    like `end:` for `end_s:` would otherwise silently change the scenario."""
+    notes = []
+    if "faults" not in raw or not raw["faults"]:
+        notes.append(f"{source}: no `faults:` entries: the run has no faults")
+    for i, entry in enumerate(raw.get("faults") or []):
+        kind = _KIND_MODELS.get(entry.get("kind", "")) if isinstance(entry, dict) else None
+        if kind is None:
+            continue
+        for key in entry:
+            if key not in kind.model_fields:
+                line = _node_line(root, ("faults", i, key))
+                known = ", ".join(k for k in kind.model_fields if k != "kind")
+                notes.append(
+                    f"{source}:{line}: faults[{i}].{key}: not a field of a {entry['kind']} "
+                    f"fault, ignored (its fields: {known})"
+                )
+    return tuple(notes)
 
 
 def load_faults(path: str | Path, fleet: Fleet | None = None) -> FaultSchedule:

@@ -144,7 +144,15 @@ def load_azure_csv(path: str | Path, name: str | None = None) -> Trace:
         )
     if frame.empty:
         raise _error(p, first_line, "trace has no requests (header only)", "add request rows")
-    stamps = pd.to_datetime(frame["TIMESTAMP"], format="ISO8601", errors="coerce")
+    try:
+        stamps = pd.to_datetime(frame["TIMESTAMP"], format="ISO8601", errors="coerce")
+    except ValueError:  # pandas refuses times with and without a zone in one column
+        raise _error(
+            p,
+            first_line + 1,
+            "TIMESTAMP mixes times with and without a zone",
+            "write every time in one form",
+        ) from None
     bad = np.flatnonzero(stamps.isna().to_numpy())
     if len(bad):
         row = int(bad[0])
@@ -165,15 +173,24 @@ def _mooncake_number(p: Path, line: int, row: dict[str, Any], field: str) -> flo
     value = row.get(field)
     if value is None:
         raise _error(p, line, f"missing field {field!r}", f"each line needs {MOONCAKE_FIELDS}")
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value < _MOONCAKE_MAX
+    ):
         raise _error(p, line, f"{field} is {value!r}, not a number >= 0", "write a number")
     return float(value)
+
+
+_MOONCAKE_MAX = 2.0**53
+"""Above this (and NaN or Infinity, which Python's JSON reader takes) a number is not a
+time or a length: NaN timestamps made the replay loop forever."""
 
 
 def _mooncake_blocks(p: Path, line: int, row: dict[str, Any]) -> list[int]:
     blocks = row.get("hash_ids", [])
     if not isinstance(blocks, list) or not all(
-        isinstance(b, int) and not isinstance(b, bool) for b in blocks
+        isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 2**63 for b in blocks
     ):
         raise _error(p, line, "hash_ids is not a list of integers", "write e.g. [0, 1, 2]")
     return blocks
