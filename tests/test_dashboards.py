@@ -182,6 +182,13 @@ def test_cli_rejects_bad_input_with_one_line_and_exit_2(tmp_path: Path) -> None:
     result = runner.invoke(app, ["dashboards", "build", "--out", str(a_file)])
     assert result.exit_code == 2
     assert "error: --out:" in result.output and "Traceback" not in result.output
+    # below a file, or a directory where a dashboard goes: OSError tracebacks before
+    below = runner.invoke(app, ["dashboards", "build", "--out", str(a_file / "sub")])
+    assert below.exit_code == 2 and below.stderr.startswith(f"error: --out: cannot write {a_file}")
+    (tmp_path / "out" / "slaguard-fleet.json").mkdir(parents=True)
+    clash = runner.invoke(app, ["dashboards", "build", "--out", str(tmp_path / "out")])
+    assert clash.exit_code == 2 and "Is a directory" in clash.stderr
+    assert clash.stderr.count("\n") == 1
     listed = runner.invoke(app, ["dashboards", "queries", "--var", "job=slaguard"])
     assert listed.exit_code == 0 and listed.output.count("\n") >= 50
     bad = runner.invoke(app, ["dashboards", "queries", "--var", "jobslaguard"])

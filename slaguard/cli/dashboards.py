@@ -24,7 +24,14 @@ def build(
     if out.exists() and not out.is_dir():
         fail(f"--out: {out} is a file; fix: pass a directory such as dashboards/")
     if not check:
-        for path in write_all(out):
+        try:
+            written = write_all(out)
+        except OSError as exc:
+            fail(
+                f"--out: cannot write {exc.filename or out}: {exc.strerror or exc}; fix: pass "
+                "a directory you can write"
+            )
+        for path in written:
             typer.echo(f"wrote {path}")
         return
     stale = [

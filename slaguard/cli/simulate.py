@@ -21,6 +21,7 @@ from slaguard.audit.writer import open_writer
 from slaguard.cli.db import connect
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
+from slaguard.cli.output import check_writable, writing
 from slaguard.fleet import Fleet
 from slaguard.guard.guard import Guard
 from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, RolloutPlan
@@ -161,6 +162,8 @@ def simulate(
     ),
 ) -> None:
     """Replay a trace through the scheduler on the simulated fleet and report SLA figures."""
+    if report_json is not None:
+        check_writable(report_json, "--report-json")
     fleet = load_or_fail(fleet_file)
     workload, schedule, trace_path = prepare(fleet, trace, trace_format, faults, seed, duration)
     plan = RolloutPlan(baseline_s=baseline_s, stage_s=stage_s)
@@ -209,12 +212,10 @@ def simulate(
         trips=controller.trips if isinstance(controller, GuardController) else None,
         extra=extra,
     )
-    print_summary(report, Console())
+    if report_json is not None:
+        with writing(report_json, "--report-json"):
+            report_json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"report written to {report_json}", file=sys.stderr)
     if sink is not None:
         _finish_audit(sink, report)
-    if report_json is not None:
-        try:
-            report_json.write_text(json.dumps(report, indent=2) + "\n")
-        except OSError as exc:
-            fail(f"{report_json}: cannot write report ({exc.strerror}); fix: check the path")
-        print(f"report written to {report_json}", file=sys.stderr)
+    print_summary(report, Console())
