@@ -32,12 +32,40 @@ def yaml_error_line(exc: yaml.YAMLError) -> int | None:
     return None if mark is None else int(mark.line) + 1
 
 
-def load_user_yaml(path: Path, error: type[Exception], what: str) -> Any:
-    """The file parsed as YAML; syntax errors name the line."""
-    text = read_user_text(path, error, what)
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping names a key twice (plain YAML keeps the last one, silently)."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping: in a fleet file
+    the second `targets:` replaced the first without a word."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise DuplicateKeyError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_user_yaml(text: str, source: str, error: type[Exception]) -> Any:
+    """YAML text parsed with `UniqueKeyLoader`; mistakes name the line."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+    except DuplicateKeyError as exc:
+        line = yaml_error_line(exc)
+        raise error(
+            f"{source}: line {line}: {exc.problem}; fix: keep one (the second would replace "
+            "the first)"
+        ) from None
     except yaml.YAMLError as exc:
         line = yaml_error_line(exc)
         where = f"line {line}" if line is not None else "<yaml>"
-        raise error(f"{path}: {where}: invalid YAML; fix: correct the syntax") from None
+        raise error(f"{source}: {where}: invalid YAML; fix: correct the syntax") from None
+
+
+def load_user_yaml(path: Path, error: type[Exception], what: str) -> Any:
+    """The file parsed as YAML; syntax errors and duplicate keys name the line."""
+    return parse_user_yaml(read_user_text(path, error, what), str(path), error)

@@ -95,6 +95,17 @@ def test_spec_sheet_figures_reach_the_catalogue() -> None:
             {"targets": [{"id": "a", "model": "llama3.1-8b", "card": "h100", "url": "not a url"}]},
             "targets[0].url: Input should be a valid URL",
         ),
+        (  # accepted before: the simulator then rejected every request
+            {"targets": [{"id": "a", "model": "llama3.1-8b", "card": "h100", "priorities": []}]},
+            "targets[0].priorities: List should have at least 1 item",
+        ),
+        (  # all 0 passed `fleet show` and failed in `simulate`; 2.7 was silently rescaled
+            {
+                "sla": {p: {"ttft_s": 1, "share": 0.9} for p in ("high", "normal", "low")},
+                "targets": [{"id": "a", "model": "llama3.1-8b", "card": "h100"}],
+            },
+            "sla: the shares sum to 2.7, not 1",
+        ),
         (
             {"targets": [{"id": "a", "model": "llama3.1-8b", "card": "h100", "url": "ftp://x"}]},
             "URL scheme should be 'http' or 'https' (got 'ftp://x'); fix: write the backend's",
@@ -136,6 +147,13 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
     broken.write_text("targets: [\n  - {id: a\n")
     with pytest.raises(FleetError, match=r"line \d+: invalid YAML"):
         load_fleet(broken)
+    twice = tmp_path / "twice.yaml"  # plain YAML keeps the second `targets:`, silently
+    twice.write_text(
+        "targets:\n  - {id: a, model: llama3.1-8b, card: l40s}\n"
+        "targets:\n  - {id: b, model: llama3.1-8b, card: h100}\n"
+    )
+    with pytest.raises(FleetError, match=r"twice.yaml: line 3: duplicate key 'targets'; fix:"):
+        load_fleet(twice)
 
 
 def test_count_expands_ids_and_url_template() -> None:

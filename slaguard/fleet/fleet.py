@@ -24,6 +24,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from slaguard.fleet.catalogue import CardType, ModelSpec, builtin_cards, builtin_models
@@ -69,7 +70,7 @@ class TargetSpec(BaseModel):
     tp: int = Field(default=1, ge=1, le=64)
     count: int = Field(default=1, ge=1, le=4096)
     url: str | None = None
-    priorities: list[Priority] = Field(default_factory=lambda: list(Priority))
+    priorities: list[Priority] = Field(default_factory=lambda: list(Priority), min_length=1)
 
     @field_validator("url")
     @classmethod
@@ -90,6 +91,17 @@ class FleetFile(BaseModel):
     models: dict[str, dict[str, Any]] = Field(default_factory=dict)
     sla: dict[Priority, SlaClass] = Field(default_factory=_default_sla)
     targets: list[TargetSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _shares_are_a_mix(self) -> FleetFile:
+        """The priorities' shares of the traffic: a mix that sums to 1."""
+        total = sum(c.share for c in self.sla.values())
+        if abs(total - 1.0) > 0.001:
+            raise ValueError(
+                f"sla: the shares sum to {total:g}, not 1; fix: give each priority its share "
+                "of the traffic, e.g. high 0.2, normal 0.6, low 0.2"
+            )
+        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,11 +210,13 @@ def build_fleet(raw: Any, source: str = "<fleet>") -> Fleet:
         spec = FleetFile.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
+        if err["type"] == "value_error" and not err["loc"]:  # a check across fields
+            raise FleetError(f"{source}: {err['ctx']['error']}") from None
         value = err.get("input")
         shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
         fix = (
             "write the backend's base URL, like http://10.0.0.5:8000"
-            if err["loc"][-1] == "url"
+            if err["loc"][-1:] == ("url",)
             else "correct the value"
         )
         raise _fail(source, _field_path(err["loc"]), f"{err['msg']}{shown}", fix) from None

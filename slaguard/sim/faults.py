@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from slaguard.fleet import Fleet, Target
 from slaguard.sim.trace import BLOCK_TOKENS, Trace, concat_traces, gather_rows, prefix_key_of
-from slaguard.userfiles import read_user_text, yaml_error_line
+from slaguard.userfiles import parse_user_yaml, read_user_text, yaml_error_line
 
 KINDS = ("jitter", "fail", "hot_prompt", "new_model", "load_spike")
 HOT_BLOCK_BASE = 1 << 40
@@ -258,11 +258,11 @@ def parse_faults(text: str, source: str = "<faults>", fleet: Fleet | None = None
     """Validate scenario text; raise FaultError naming file, line, field and the fix."""
     try:
         root = yaml.compose(text)
-        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         line = yaml_error_line(exc)
         where = f":{line}" if line is not None else ""
         raise FaultError(f"{source}{where}: invalid YAML; fix: correct the syntax") from None
+    raw = parse_user_yaml(text, source, FaultError)
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
