@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from slaguard.cli.main import app
 from slaguard.fleet import FleetError, build_fleet, load_fleet
 from slaguard.fleet.fleet import MEMORY_HEADROOM
 
@@ -172,3 +174,17 @@ def test_count_expands_ids_and_url_template() -> None:
     )
     assert [t.id for t in fleet] == ["l-0", "l-1", "l-2"]
     assert fleet.target("l-2").url == "http://127.0.0.1:9020"
+
+
+def test_fleet_show_prints_names_as_written_and_whole_when_piped(tmp_path: Path) -> None:
+    """A name was read as Rich markup (`prod[/]` crashed, `prod [eu]` lost its tag) and
+    ids were cut to 80 columns with an ellipsis, so `fleet show | grep ID` found nothing."""
+    path = tmp_path / "fleet.yaml"
+    long_id = "l40s-8b-a-rather-long-target-name-for-grep-7"
+    path.write_text(
+        f'name: "prod[/] [eu-west]"\ntargets:\n  - {{id: {long_id}, model: llama3.1-8b, '
+        "card: l40s}\n"
+    )
+    shown = CliRunner().invoke(app, ["fleet", "show", "--fleet", str(path)])
+    assert shown.exit_code == 0, shown.output
+    assert "prod[/] [eu-west]" in shown.stdout and long_id in shown.stdout

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
@@ -70,7 +71,7 @@ def demo(
         return
     fleet = load_or_fail(fleet_file)
     console = Console()
-    console.print(f"[bold]slaguard demo[/]: {fleet.name}, {len(fleet)} targets")
+    console.print(f"[bold]slaguard demo[/]: {escape(fleet.name)}, {len(fleet)} targets")
     for mode in (ROUND_ROBIN, LEARNED):
         sched = Scheduler(fleet)
         # a busy moment: the L40S cards already hold queued work

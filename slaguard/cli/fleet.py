@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from slaguard.cli.errors import fail
 from slaguard.fleet import Fleet, FleetError, load_fleet
@@ -28,7 +29,7 @@ def load_or_fail(path: Path | None) -> Fleet:
 def show(fleet_file: Path | None = FleetOption) -> None:
     """Validate a fleet file and print every routing target with its KV budget."""
     fleet = load_or_fail(fleet_file)
-    table = Table(title=f"{fleet.name} ({fleet.source}): {len(fleet)} targets")
+    table = Table(title=Text(f"{fleet.name} ({fleet.source}): {len(fleet)} targets"))
     for col in ("target", "model", "card", "tp", "V_h GB", "static GB", "V_kv GB", "priorities"):
         table.add_column(col, justify="right" if "GB" in col or col == "tp" else "left")
     for t in fleet:
@@ -42,4 +43,7 @@ def show(fleet_file: Path | None = FleetOption) -> None:
             f"{t.kv_budget_gb:.1f}",
             ",".join(sorted(p.value for p in t.priorities)),
         )
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:  # piped: whole ids for grep, not a terminal's ellipses
+        console = Console(width=1_000)
+    console.print(table)
