@@ -18,19 +18,32 @@ from rich.markup import escape
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.emulator.demo import run_demo
-from slaguard.fleet import Priority, Request
+from slaguard.fleet import Fleet, Priority, Request
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.explain import Decision
 from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN
 
-SAMPLES: tuple[tuple[int, int, str, Priority, float], ...] = (
-    (24_000, 300, "llama3.1-70b", Priority.HIGH, 6.0),
-    (900, 120, "llama3.1-70b", Priority.NORMAL, 4.0),
-    (400, 60, "llama3.1-8b", Priority.HIGH, 1.5),
-    (1_500, 200, "llama3.1-8b", Priority.LOW, 12.0),
-    (6_000, 500, "llama3.1-8b", Priority.NORMAL, 4.0),
-    (200_000, 100, "llama3.1-8b", Priority.NORMAL, 4.0),
+SHAPES: tuple[tuple[int, int, Priority], ...] = (
+    (400, 60, Priority.HIGH),
+    (6_000, 500, Priority.NORMAL),
+    (24_000, 300, Priority.LOW),
 )
+"""(prompt tokens, new tokens, priority) sent to every model the fleet serves."""
+
+
+def sample_requests(fleet: Fleet) -> list[Request]:
+    """Representative requests for `fleet`: each shape for each model it serves, with the
+    fleet's own deadlines, then one prompt longer than any context (refused)."""
+    models = sorted({t.model.id for t in fleet})
+    deadline = {p: c.ttft_s for p, c in fleet.sla.items()}
+    out = [
+        Request(f"demo-{len(models) * j + i}", prompt, new, model, prio, deadline.get(prio, 4.0))
+        for j, (prompt, new, prio) in enumerate(SHAPES)
+        for i, model in enumerate(models)
+    ]
+    too_long = 2 * max(t.model.context_window for t in fleet)
+    out.append(Request(f"demo-{len(out)}", too_long, 100, models[0], Priority.NORMAL, 4.0))
+    return out
 
 
 def _describe(d: Decision) -> str:
@@ -79,14 +92,13 @@ def demo(
             if t.card.id == "l40s":
                 sched.state.refresh(t.index, 0.0, queue_depth=12, kv_used_gb=8.0)
         console.print(f"\n[bold]policy: {mode.label}[/] (weights {sched.weights.version})")
-        for i, (prompt, gen, model, prio, deadline) in enumerate(SAMPLES):
-            r = Request(f"demo-{i}", prompt, gen, model, prio, deadline)
+        for r in sample_requests(fleet):
             d = sched.decide(r, 0.0, mode)
             if d.target is not None:
                 sched.state.add_queue(d.target.index, 1)
             where = d.target.id if d.target else "-"
             console.print(
-                f"  {r.request_id}: {model} {prio.value} prompt={prompt} "
+                f"  {r.request_id}: {r.model_id} {r.priority.value} prompt={r.prompt_tokens} "
                 f"-> [bold]{where}[/] ({d.outcome.value})"
             )
             console.print(f"      {_describe(d)}", highlight=False)

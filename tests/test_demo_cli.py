@@ -1,5 +1,6 @@
-"""`slaguard demo --workdir`: emptied only when an earlier demo made it (it was deleted
-whatever it held, so `--workdir ~` would have wiped a home directory)."""
+"""`slaguard demo`: the work directory is emptied only when an earlier demo made it (it
+was deleted whatever it held, so `--workdir ~` would have wiped a home directory), and
+`--routing-only` samples the fleet's own models."""
 
 from __future__ import annotations
 
@@ -32,3 +33,16 @@ def test_the_demos_own_directory_is_emptied_and_a_new_one_made(tmp_path: Path) -
     empty.mkdir()
     prepare_workdir(empty)
     assert (empty / WORKDIR_MARK).is_file()
+
+
+def test_routing_only_samples_the_fleets_own_models(tmp_path: Path) -> None:
+    """The samples were llama requests whatever the fleet: on a qwen fleet every one was
+    no_capacity."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("targets:\n  - {id: q, model: qwen2.5-32b, card: h100, tp: 2}\n")
+    result = CliRunner().invoke(app, ["demo", "--routing-only", "--fleet", str(fleet)])
+    assert result.exit_code == 0, result.output
+    lines = [x for x in result.stdout.splitlines() if x.lstrip().startswith("demo-")]
+    assert len(lines) == 8  # 3 shapes and one over-long prompt, for each policy
+    assert sum("-> q (routed)" in x for x in lines) == 6
+    assert sum("(no_capacity)" in x for x in lines) == 2
