@@ -189,7 +189,13 @@ def simulate(
         ) as bar:
             task = bar.add_task("", total=horizon)
             results = sim.run(
-                lambda t: bar.update(task, completed=t, description=f"{t:.0f}/{horizon:.0f} s")
+                lambda t: bar.update(
+                    task,
+                    completed=min(t, horizon),
+                    description=f"{t:.0f}/{horizon:.0f} s"
+                    if t <= horizon
+                    else f"last arrivals finishing ({t:.0f} s)",
+                )
             )
     else:
         results = sim.run()
