@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from slaguard.audit.writer import open_writer
 from slaguard.cli.main import app
 from slaguard.fleet import load_fleet
+from slaguard.guard.queries import mode_history
 from slaguard.scheduler.rollout import (
     HELD_ROUND_ROBIN,
     LEARNED,
@@ -226,3 +227,6 @@ def test_trips_resolve_when_learned_traffic_resumes_and_link_their_switch(
         (10.0, "round_robin", "learned", "script: learned", None),
         (12.0, "learned", "round_robin", "script: round_robin", ids[1]),
     ]
+    # `history` marks them: they never changed the stored mode `status` shows
+    shown = mode_history(writer.engine, datetime(2000, 1, 1, tzinfo=UTC), datetime.now(UTC))
+    assert list(shown["kind"]) == ["simulated"] * 5

@@ -48,7 +48,7 @@ def mode_history(engine: Engine, since: datetime, until: datetime) -> pd.DataFra
             "at": at,
             "from_mode": a,
             "to_mode": b,
-            "kind": transition_kind(evidence, reason) or "-",
+            "kind": _kind(evidence, reason),
             "actor": actor,
             "reason": reason,
             "incident_id": incident,
@@ -59,6 +59,14 @@ def mode_history(engine: Engine, since: datetime, until: datetime) -> pd.DataFra
     # object, not float: ids print as 7 (not 7.0) and a missing one as "-"
     frame["incident_id"] = pd.Series([r["incident_id"] for r in records], dtype=object)
     return frame
+
+
+def _kind(evidence: object, reason: str) -> str:
+    """The switch's transition kind; `simulated` for a row `simulate --audit-db` wrote
+    (history only: it never changed the stored mode that `status` shows)."""
+    if isinstance(evidence, dict) and evidence.get("simulated"):
+        return "simulated"
+    return transition_kind(evidence, reason) or "-"
 
 
 def incident_list(
