@@ -229,13 +229,19 @@ def test_feedback_unknown_duplicate_and_recorded(api: Running) -> None:
     assert bad.status_code == 422 and bad.json()["error"].startswith("ttft_s")
 
 
-def test_feedback_for_a_decision_only_in_the_database(api: Running) -> None:
+def _evicted_decision(api: Running) -> dict[str, Any]:
+    """A routed decision, stored, then dropped from the service's memory."""
     api.push_all()
-    out = api.client.post(
+    out: dict[str, Any] = api.client.post(
         "/v1/route", json={"model": "llama3.1-8b", "prompt_tokens": 10, "max_new_tokens": 5}
     ).json()
     poll(lambda: api.client.get(f"/v1/decisions/{out['decision_id']}").status_code == 200)
     api.service.runtime.pending.pop(out["decision_id"])
+    return out
+
+
+def test_feedback_for_a_decision_only_in_the_database(api: Running) -> None:
+    out = _evicted_decision(api)
     r = api.client.post("/v1/feedback", json={"decision_id": out["decision_id"], "ttft_s": 9.0})
     assert r.json() == {
         "decision_id": out["decision_id"],
@@ -254,12 +260,7 @@ def test_feedback_for_a_decision_only_in_the_database(api: Running) -> None:
 
 def test_a_whole_answer_of_an_evicted_decision_is_judged_on_its_end(api: Running) -> None:
     """No TTFT, a quick end: met, as `finish` judges it (the evicted path said missed)."""
-    api.push_all()
-    out = api.client.post(
-        "/v1/route", json={"model": "llama3.1-8b", "prompt_tokens": 10, "max_new_tokens": 5}
-    ).json()
-    poll(lambda: api.client.get(f"/v1/decisions/{out['decision_id']}").status_code == 200)
-    api.service.runtime.pending.pop(out["decision_id"])
+    out = _evicted_decision(api)
     r = api.client.post("/v1/feedback", json={"decision_id": out["decision_id"], "e2e_s": 0.5})
     assert r.json()["recorded"] is True and r.json()["sla_met"] is True
 

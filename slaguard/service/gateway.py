@@ -28,10 +28,18 @@ from typing import Any
 
 import aiohttp
 from fastapi import APIRouter, HTTPException, Request, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from slaguard.audit.records import RequestStatus
 from slaguard.fleet import Target
+from slaguard.service.gateway_schemas import (
+    HEADER_NAMES,
+    HEADER_PARAMETERS,
+    ChatCompletionRequest,
+    CompletionRequest,
+    GatewayHeaders,
+    prompt_text,
+)
 from slaguard.service.hotpath import (
     DirectRoute,
     RelayResponse,
@@ -42,7 +50,7 @@ from slaguard.service.hotpath import (
     unless_client_leaves,
 )
 from slaguard.service.runtime import FieldError, Pending, Routed, ServiceRuntime
-from slaguard.service.schemas import ID_PATTERN, MAX_TOKENS, Count, ErrorResponse
+from slaguard.service.schemas import ErrorResponse
 from slaguard.service.sse_meter import StreamMeter
 from slaguard.service.views import runtime_of
 
@@ -52,32 +60,6 @@ router = APIRouter(route_class=DirectRoute)
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse} for code in (409, 422, 502, 503, 504)
 }
-
-
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
-
-
-class ChatMessage(_Open):
-    role: str = Field(max_length=64)
-    content: str | list[dict[str, Any]] | None = None
-
-
-class ChatCompletionRequest(_Open):
-    """The fields slaguard reads; every other OpenAI field is forwarded untouched."""
-
-    model: str = Field(min_length=1, max_length=128)
-    messages: list[ChatMessage] = Field(min_length=1, max_length=10_000)
-    max_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    max_completion_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    stream: bool = False
-
-
-class CompletionRequest(_Open):
-    model: str = Field(min_length=1, max_length=128)
-    prompt: str | list[str] = Field(max_length=10_000)
-    max_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    stream: bool = False
 
 
 FORWARD_HEADERS = {"content-type": "application/json", "accept-encoding": "identity"}
@@ -95,38 +77,6 @@ class Upstream:
     response: aiohttp.ClientResponse
     first: bytes
     rest: AsyncIterator[bytes]
-
-
-def _prompt_text(body: ChatCompletionRequest | CompletionRequest) -> str:
-    if isinstance(body, CompletionRequest):
-        return body.prompt if isinstance(body.prompt, str) else "".join(body.prompt)
-    parts: list[str] = []
-    for m in body.messages:
-        if isinstance(m.content, str):
-            parts.append(m.content)
-        elif m.content:
-            parts.extend(str(p.get("text", "")) for p in m.content)
-    return "\n".join(parts)
-
-
-class GatewayHeaders(BaseModel):
-    """The business metadata the gateway reads from request headers."""
-
-    model_config = ConfigDict(allow_inf_nan=False)
-
-    priority: str | None = Field(default=None, alias="x-slaguard-priority")
-    deadline_s: float | None = Field(default=None, alias="x-slaguard-deadline-s", gt=0, le=86_400)
-    request_id: str | None = Field(default=None, alias="x-request-id", pattern=ID_PATTERN)
-    prefix_id: str | None = Field(
-        default=None, alias="x-slaguard-prefix-id", min_length=1, max_length=128
-    )
-
-
-_HEADER_NAMES = tuple(str(f.alias) for f in GatewayHeaders.model_fields.values())
-HEADER_PARAMETERS = tuple(
-    {"name": name, "in": "header", "required": False, "schema": schema}
-    for name, schema in GatewayHeaders.model_json_schema()["properties"].items()
-)
 
 
 @router.post(
@@ -157,7 +107,7 @@ async def _gateway(
         body = model.model_validate_json(await request.body())
         headers = request.headers
         meta = GatewayHeaders.model_validate(
-            {name: v for name in _HEADER_NAMES if (v := headers.get(name)) is not None}
+            {name: v for name in HEADER_NAMES if (v := headers.get(name)) is not None}
         )
     except ValidationError as exc:
         return invalid(exc)
@@ -186,7 +136,7 @@ async def _proxy(
         max_new = body.max_tokens
     else:
         max_new = body.max_completion_tokens or body.max_tokens
-    text = _prompt_text(body)
+    text = prompt_text(body)
     prefix = meta.prefix_id or hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
     req = rt.request(
         model=body.model,

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import msgspec
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
 
 from slaguard.audit.from_scheduler import decision_head
@@ -37,6 +36,7 @@ from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.explain import Decision, Outcome
 from slaguard.scheduler.rollout import Arm
 from slaguard.service.config import ServiceConfig
+from slaguard.service.gateway_metrics import GatewayMetrics
 from slaguard.service.modes import ModeSource
 from slaguard.service.store import DecisionStore
 from slaguard.telemetry.metrics import SlaguardMetrics
@@ -50,25 +50,6 @@ class FieldError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
-
-
-class GatewayMetrics:
-    """The gateway's own counters (on the service registry)."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.retries = Counter(
-            "slaguard_gateway_retries_total",
-            "Requests re-sent to the next-best target after a failure before the first byte.",
-            registry=registry,
-        )
-        self.upstream_failures = Counter(
-            "slaguard_gateway_upstream_failures_total",
-            "Backend failures seen by the gateway, before or after the first answer byte.",
-            ["stage"],
-            registry=registry,
-        )
-        for stage in ("before_first_byte", "after_first_byte"):
-            self.upstream_failures.labels(stage)
 
 
 class Pending(msgspec.Struct, gc=False):

@@ -1,0 +1,24 @@
+"""The gateway's own counters, on the service's registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter
+
+
+class GatewayMetrics:
+    """The gateway's own counters (on the service registry)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.retries = Counter(
+            "slaguard_gateway_retries_total",
+            "Requests re-sent to the next-best target after a failure before the first byte.",
+            registry=registry,
+        )
+        self.upstream_failures = Counter(
+            "slaguard_gateway_upstream_failures_total",
+            "Backend failures seen by the gateway, before or after the first answer byte.",
+            ["stage"],
+            registry=registry,
+        )
+        for stage in ("before_first_byte", "after_first_byte"):
+            self.upstream_failures.labels(stage)

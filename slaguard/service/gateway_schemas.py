@@ -1,0 +1,71 @@
+"""The OpenAI-compatible request bodies and headers the gateway reads.
+
+Only the fields slaguard needs are declared; every other field is forwarded untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from slaguard.service.schemas import ID_PATTERN, MAX_TOKENS, Count
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
+class ChatMessage(_Open):
+    role: str = Field(max_length=64)
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatCompletionRequest(_Open):
+    """The fields slaguard reads; every other OpenAI field is forwarded untouched."""
+
+    model: str = Field(min_length=1, max_length=128)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=10_000)
+    max_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    max_completion_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    stream: bool = False
+
+
+class CompletionRequest(_Open):
+    model: str = Field(min_length=1, max_length=128)
+    prompt: str | list[str] = Field(max_length=10_000)
+    max_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    stream: bool = False
+
+
+class GatewayHeaders(BaseModel):
+    """The business metadata the gateway reads from request headers."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    priority: str | None = Field(default=None, alias="x-slaguard-priority")
+    deadline_s: float | None = Field(default=None, alias="x-slaguard-deadline-s", gt=0, le=86_400)
+    request_id: str | None = Field(default=None, alias="x-request-id", pattern=ID_PATTERN)
+    prefix_id: str | None = Field(
+        default=None, alias="x-slaguard-prefix-id", min_length=1, max_length=128
+    )
+
+
+HEADER_NAMES = tuple(str(f.alias) for f in GatewayHeaders.model_fields.values())
+HEADER_PARAMETERS = tuple(
+    {"name": name, "in": "header", "required": False, "schema": schema}
+    for name, schema in GatewayHeaders.model_json_schema()["properties"].items()
+)
+
+
+def prompt_text(body: ChatCompletionRequest | CompletionRequest) -> str:
+    """The prompt's text, for its size estimate and its hash."""
+    if isinstance(body, CompletionRequest):
+        return body.prompt if isinstance(body.prompt, str) else "".join(body.prompt)
+    parts: list[str] = []
+    for m in body.messages:
+        if isinstance(m.content, str):
+            parts.append(m.content)
+        elif m.content:
+            parts.extend(str(p.get("text", "")) for p in m.content)
+    return "\n".join(parts)
