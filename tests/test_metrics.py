@@ -229,8 +229,8 @@ def test_guard_target_audit_scheduler_and_slack_helpers(metrics: SlaguardMetrics
     metrics.count_audit_rows(500)
     metrics.count_audit_write_error("database is locked")
     metrics.count_audit_refused(3)
-    metrics.observe_job("batching_tick", 0.2, failed=True)
-    metrics.count_job_overrun("batching_tick")
+    metrics.observe_job("hardware_refresh", 0.2, failed=True)
+    metrics.count_job_overrun("hardware_refresh")
     metrics.count_slack_delivery()
     metrics.count_slack_failure("ratelimited")
     assert value(metrics, "slaguard_target_queue_depth", **t) == 17
@@ -253,7 +253,7 @@ def test_guard_target_audit_scheduler_and_slack_helpers(metrics: SlaguardMetrics
     assert value(metrics, "slaguard_audit_rows_written_total") == 500
     assert value(metrics, "slaguard_audit_write_errors_total") == 1
     assert value(metrics, "slaguard_audit_records_refused_total") == 3
-    job = {"scheduler_job": "batching_tick"}
+    job = {"scheduler_job": "hardware_refresh"}
     assert value(metrics, "slaguard_scheduler_job_runs_total", **job) == 1
     assert value(metrics, "slaguard_scheduler_job_failures_total", **job) == 1
     assert value(metrics, "slaguard_scheduler_job_overruns_total", **job) == 1

@@ -6,6 +6,7 @@ not by sleeping. The audit writer is real: decisions are polled for in the datab
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ from slaguard.service.app import create_app
 from slaguard.service.bootstrap import Service, build_service
 from slaguard.service.config import load_config
 from slaguard.service.local import ServerThread
+from slaguard.service.loops import ServiceLoops
+from slaguard.telemetry.labels import JOBS
+
+ROOT = Path(__file__).resolve().parent.parent
 
 FLEET = {
     "name": "api-test",
@@ -293,3 +298,23 @@ def test_admin_endpoints_are_disabled_without_a_token(api: Running) -> None:
     ):
         r = api.client.post(path, json=body, headers={"Authorization": "Bearer anything-long"})
         assert r.status_code == 403 and "disabled" in r.json()["error"]
+
+
+def test_every_scheduler_job_an_alert_or_label_names_is_one_the_service_runs(
+    api: Running,
+) -> None:
+    """`batching_tick` was allowed as a label and watched by SlaguardSchedulerJobStalled,
+    but no job ran under that name: the alert fired on every healthy instance."""
+    runs = set(ServiceLoops(api.service.runtime).jobs())
+    assert set(JOBS) == runs
+    rules = yaml.safe_load((ROOT / "alerts" / "slaguard-ops.yml").read_text())
+    stalled = next(
+        r
+        for g in rules["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "SlaguardSchedulerJobStalled"
+    )
+    found = re.search(r'scheduler_job=~"([^"]+)"', stalled["expr"])
+    assert found is not None
+    watched = set(found.group(1).split("|"))
+    assert watched == runs - {"weight_update"}  # the hourly job has no rate to lose

@@ -51,7 +51,6 @@ VERDICTS = allow_list("verdict", ("ok", "anomalous", "insufficient"))
 JOBS = allow_list(
     "scheduler_job",
     (
-        "batching_tick",
         "hardware_refresh",
         "global_correction",
         "mode_sync",
