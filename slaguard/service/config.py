@@ -94,7 +94,11 @@ class RolloutConfig(_Section):
 class AlertmanagerConfig(_Section):
     """Which firing alerts roll the fleet back to round-robin."""
 
-    rollback_alerts: tuple[str, ...] = ("SlaguardSLAErrorBudgetBurn", "SlaguardRolloutArmLosing")
+    rollback_alerts: tuple[str, ...] = Field(
+        default=("SlaguardSLAErrorBudgetBurn",),
+        description="the pages that roll back; SlaguardRolloutArmLosing is a warning that "
+        "the guard did not act, for a human",
+    )
     rollback_severities: tuple[str, ...] = Field(
         default=("critical",), description="only alerts with one of these `severity` labels act"
     )
