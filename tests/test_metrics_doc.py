@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from slaguard.fleet import load_fleet
+from slaguard.service.gateway_metrics import GatewayMetrics
 from slaguard.telemetry import SlaguardMetrics, render_snapshot
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
@@ -28,6 +29,7 @@ def documented() -> dict[str, tuple[str, frozenset[str]]]:
 
 def exposed() -> dict[str, tuple[str, frozenset[str]]]:
     metrics = SlaguardMetrics.for_fleet(CollectorRegistry(), load_fleet())
+    GatewayMetrics(metrics.registry)  # the service adds the gateway's counters to it
     out: dict[str, tuple[str, frozenset[str]]] = {}
     for fam in text_string_to_metric_families(render_snapshot(metrics.registry)):
         name = f"{fam.name}_total" if fam.type == "counter" else fam.name
