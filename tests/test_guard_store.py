@@ -258,6 +258,25 @@ def test_trip_stores_a_linked_incident_and_mode_change(audit_engine: Engine) -> 
     assert store.load(T0 + 15).entered_by is TransitionKind.TRIP
 
 
+def test_two_replicas_tripping_at_once_open_one_incident(audit_engine: Engine) -> None:
+    """The loser's incident is rolled back with its switch: three replicas answering one
+    Alertmanager alert at once opened an incident each, and each was announced."""
+    store, incidents = GuardStore(audit_engine), IncidentStore(audit_engine)
+    persister = EventPersister(store, incidents)
+    start_rollout(store)
+    first, second = (tripping_guard(store.load(T0 + 1)) for _ in range(2))
+    first_events, second_events = trip(first, T0 + 10), trip(second, T0 + 10)
+    won = persister.persist(first, first_events, T0 + 14)
+    lost = persister.persist(second, second_events, T0 + 14)
+    assert won.conflict is None and len(won.queued) == 1
+    assert lost.conflict is not None and lost.queued == [] and lost.incident_id is None
+    with Session(audit_engine) as session:
+        assert [i.id for i in session.scalars(select(Incident))] == [won.incident_id]
+    assert second.state.mode.label == "round_robin"  # it adopted the winner's switch
+    assert second.incidents.current is not None
+    assert second.incidents.current.incident_id == str(won.incident_id)
+
+
 def test_resume_resolves_once_and_a_leader_adopting_it_adds_nothing(audit_engine: Engine) -> None:
     store, incidents = GuardStore(audit_engine), IncidentStore(audit_engine)
     persister = EventPersister(store, incidents)

@@ -126,9 +126,10 @@ def test_outage_stops_the_round_retries_with_backoff_and_keeps_the_order(
     opened = open_incident(audit_engine)
     store = IncidentStore(audit_engine)
     store.append(update(opened, T0 + 16, "also: tier l40s"), T0 + 16, None)
-    other = store.open(
-        replace(opened, subject="tier:l40s", summary="tier l40s slow"), T0 + 17, None
-    )
+    with audit_engine.begin() as conn:
+        other = store.open(
+            replace(opened, subject="tier:l40s", summary="tier l40s slow"), T0 + 17, None, conn
+        )
     leader = replica(audit_engine, slack, "a", T0 + 20)
     slack.down()
     sent = leader.deliver(T0 + 20)  # the other incident's message is not even tried

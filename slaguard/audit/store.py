@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Insert, insert, select, update
+from sqlalchemy import Connection, Engine, Insert, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -82,31 +82,39 @@ def record_mode_change(
     """Switch the shared mode from `rec.from_mode` to `rec.to_mode` and log the switch,
     atomically; raise ModeConflictError if another replica switched first."""
     with engine.begin() as conn:
-        stmt = (
-            update(FleetState)
-            .where(FleetState.id == FLEET_STATE_ROW_ID, FleetState.mode == rec.from_mode)
-            .values(
-                mode=rec.to_mode,
-                since=utc_from_unix(rec.at_s),
-                reason=rec.reason,
-                actor=rec.actor,
-                version=FleetState.version + 1,
-            )
-        )
-        if expected_version is not None:
-            stmt = stmt.where(FleetState.version == expected_version)
-        if conn.execute(stmt).rowcount != 1:
-            mode, since, reason, actor, version = conn.execute(select_fleet_state()).one()
-            current = CurrentMode(mode, since.timestamp(), reason, actor, version)
-            raise ModeConflictError(
-                f"fleet mode is {current.mode!r} (version {current.version}), not "
-                f"{rec.from_mode!r}" + (
-                    f" at version {expected_version}" if expected_version is not None else ""
-                ),
-                current,
-            )  # fmt: skip
-        conn.execute(_mode_change_row(rec))
+        switch_mode(conn, rec, expected_version=expected_version)
     return current_mode(engine)
+
+
+def switch_mode(
+    conn: Connection, rec: ModeChangeRecord, *, expected_version: int | None = None
+) -> None:
+    """`record_mode_change` inside the caller's transaction: what the caller wrote before
+    in it is undone with the switch when another replica won (ModeConflictError)."""
+    stmt = (
+        update(FleetState)
+        .where(FleetState.id == FLEET_STATE_ROW_ID, FleetState.mode == rec.from_mode)
+        .values(
+            mode=rec.to_mode,
+            since=utc_from_unix(rec.at_s),
+            reason=rec.reason,
+            actor=rec.actor,
+            version=FleetState.version + 1,
+        )
+    )
+    if expected_version is not None:
+        stmt = stmt.where(FleetState.version == expected_version)
+    if conn.execute(stmt).rowcount != 1:
+        mode, since, reason, actor, version = conn.execute(select_fleet_state()).one()
+        current = CurrentMode(mode, since.timestamp(), reason, actor, version)
+        raise ModeConflictError(
+            f"fleet mode is {current.mode!r} (version {current.version}), not "
+            f"{rec.from_mode!r}" + (
+                f" at version {expected_version}" if expected_version is not None else ""
+            ),
+            current,
+        )  # fmt: skip
+    conn.execute(_mode_change_row(rec))
 
 
 def _mode_change_row(rec: ModeChangeRecord) -> Insert:

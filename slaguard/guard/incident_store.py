@@ -109,30 +109,33 @@ class IncidentStore:
         self.engine = engine
 
     def open(
-        self, event: IncidentEvent, now_s: float, tracked: OpenIncident | None
+        self,
+        event: IncidentEvent,
+        now_s: float,
+        tracked: OpenIncident | None,
+        conn: Connection,
     ) -> IncidentEvent:
-        """Store a newly opened incident and queue its message; the event under its
-        audit id (`str(incidents.id)`), revision 0."""
+        """Store a newly opened incident and queue its message, in the caller's
+        transaction `conn`; the event under its audit id (`str(incidents.id)`), revision 0."""
         evidence: JsonDict = {"summary": event.summary, **event.evidence}
-        with self.engine.begin() as conn:
-            db_id = conn.execute(
-                insert(Incident)
-                .values(
-                    opened_at=utc_from_unix(event.opened_at_s),
-                    resolved_at=None,
-                    detector=event.detector,
-                    severity=event.severity.value,
-                    subject=event.subject,
-                    evidence=evidence,
-                    notification_state="pending:r0",
-                )
-                .returning(Incident.id)
-            ).scalar_one()
-            stored = replace(event, incident_id=str(db_id), revision=0)
-            book = _bookkeeping(tracked, {"tracker_id": event.incident_id, "sent": 0})
-            evidence[GUARD_KEY] = {**book, "revision": 1}
-            evidence[OUTBOX_KEY] = [_entry(stored, now_s)]
-            conn.execute(update(Incident).where(Incident.id == db_id).values(evidence=evidence))
+        db_id = conn.execute(
+            insert(Incident)
+            .values(
+                opened_at=utc_from_unix(event.opened_at_s),
+                resolved_at=None,
+                detector=event.detector,
+                severity=event.severity.value,
+                subject=event.subject,
+                evidence=evidence,
+                notification_state="pending:r0",
+            )
+            .returning(Incident.id)
+        ).scalar_one()
+        stored = replace(event, incident_id=str(db_id), revision=0)
+        book = _bookkeeping(tracked, {"tracker_id": event.incident_id, "sent": 0})
+        evidence[GUARD_KEY] = {**book, "revision": 1}
+        evidence[OUTBOX_KEY] = [_entry(stored, now_s)]
+        conn.execute(update(Incident).where(Incident.id == db_id).values(evidence=evidence))
         return stored
 
     def append(

@@ -5,10 +5,12 @@ CLI (a one-shot guard over the database), so both number, link and queue the sam
 
 1. an opened incident is stored first, so the trip's mode change can name it; from then
    on the tracker uses the audit id (`incidents.id`) as the incident id;
-2. each mode change is a compare-and-set on the version it was made from; when another
-   writer won, the stored state is adopted (`Guard.adopt_state`: the local transition did
-   not happen, and a changed learned share restarts the TTFT baselines) and the tracker
-   is re-read from the database;
+2. each mode change is a compare-and-set on the version it was made from, in the same
+   transaction as the incidents it opens; when another writer won, both are rolled back
+   (replicas answering one Alertmanager alert at once opened one incident each, and each
+   was announced), the stored state is adopted (`Guard.adopt_state`: the local
+   transition did not happen, and a changed learned share restarts the TTFT baselines)
+   and the tracker is re-read from the database;
 3. updates and resolutions are queued under the stored incident's next revision, unless
    the incident is already resolved (then the state change was already announced).
 """
@@ -17,6 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sqlalchemy import Connection
+
+from slaguard.audit.store import ModeConflictError
 from slaguard.guard.events import GuardEvent, IncidentEvent, IncidentState, ModeChangedEvent
 from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore
@@ -48,28 +53,16 @@ class EventPersister:
     def persist(self, guard: Guard, events: list[GuardEvent], now_s: float) -> PersistResult:
         """Store `events` (one `evaluate`, command or adoption) for `guard`."""
         result = PersistResult()
-        for event in events:
-            if isinstance(event, IncidentEvent) and event.state is IncidentState.OPENED:
-                stored = self.incidents.open(event, now_s, guard.incidents.current)
-                current = guard.incidents.current
-                if current is not None and current.incident_id == event.incident_id:
-                    current.incident_id = stored.incident_id
-                    current.revision = stored.revision + 1
-                result.queued.append(stored)
-                result.incident_id = int(stored.incident_id)
-        if result.incident_id is None:
-            result.incident_id = _linked_incident(events)
-        for event in events:
-            if not isinstance(event, ModeChangedEvent):
-                continue
-            tr = event.transition
-            saved = self.modes.save(tr, now_s, incident_id=result.incident_id)
-            if not saved.saved:
-                assert saved.stored is not None
-                guard.adopt_state(saved.stored, now_s, replacing_unsaved=True)
-                guard.incidents.current = self.incidents.restore()
-                result.conflict = saved.stored
-                return result
+        try:
+            with self.modes.engine.begin() as conn:
+                self._open_and_switch(guard, events, now_s, conn, result)
+        except ModeConflictError:
+            # Another replica switched first: its incident stands, ours was rolled back
+            # with our switch (one incident and one message per state change).
+            stored = self.modes.load(now_s)
+            guard.adopt_state(stored, now_s, replacing_unsaved=True)
+            guard.incidents.current = self.incidents.restore()
+            return PersistResult(conflict=stored)
         for event in events:
             if isinstance(event, IncidentEvent) and event.state is not IncidentState.OPENED:
                 current = guard.incidents.current
@@ -80,6 +73,30 @@ class EventPersister:
                     current.revision = stored_event.revision + 1
                 result.queued.append(stored_event)
         return result
+
+    def _open_and_switch(
+        self,
+        guard: Guard,
+        events: list[GuardEvent],
+        now_s: float,
+        conn: Connection,
+        result: PersistResult,
+    ) -> None:
+        """Opened incidents, then the mode change naming them, in one transaction."""
+        for event in events:
+            if isinstance(event, IncidentEvent) and event.state is IncidentState.OPENED:
+                stored = self.incidents.open(event, now_s, guard.incidents.current, conn)
+                current = guard.incidents.current
+                if current is not None and current.incident_id == event.incident_id:
+                    current.incident_id = stored.incident_id
+                    current.revision = stored.revision + 1
+                result.queued.append(stored)
+                result.incident_id = int(stored.incident_id)
+        if result.incident_id is None:
+            result.incident_id = _linked_incident(events)
+        for event in events:
+            if isinstance(event, ModeChangedEvent):
+                self.modes.save(event.transition, now_s, incident_id=result.incident_id, conn=conn)
 
 
 def _linked_incident(events: list[GuardEvent]) -> int | None:

@@ -29,7 +29,7 @@ from slaguard.audit.models import (
     utc_from_unix,
 )
 from slaguard.audit.records import ModeChangeRecord
-from slaguard.audit.store import ModeConflictError, record_mode_change
+from slaguard.audit.store import ModeConflictError, record_mode_change, switch_mode
 from slaguard.guard.modes import HOUR_S, ModeState, ModeTransition, TransitionKind
 from slaguard.scheduler.rollout import FleetMode, ModeKind
 
@@ -159,9 +159,16 @@ class GuardStore:
         return tuple(_seconds(at) for at, a, b in rows if is_policy_switch(a, b))
 
     def save(
-        self, transition: ModeTransition, now_s: float, *, incident_id: int | None = None
+        self,
+        transition: ModeTransition,
+        now_s: float,
+        *,
+        incident_id: int | None = None,
+        conn: Connection | None = None,
     ) -> SaveResult:
-        """Make `transition` the shared mode if nobody switched since its version - 1."""
+        """Make `transition` the shared mode if nobody switched since its version - 1. In
+        the caller's transaction `conn`, a lost race raises ModeConflictError instead, so
+        the caller's transaction (and what it wrote before) is rolled back."""
         evidence = dict(transition.evidence)
         evidence[TRANSITION_KEY] = {"kind": transition.kind.value, "version": transition.version}
         rec = ModeChangeRecord(
@@ -173,6 +180,9 @@ class GuardStore:
             evidence=evidence,
             incident_id=incident_id,
         )
+        if conn is not None:
+            switch_mode(conn, rec, expected_version=transition.version - 1)
+            return SaveResult(True)
         try:
             record_mode_change(self.engine, rec, expected_version=transition.version - 1)
         except ModeConflictError:
