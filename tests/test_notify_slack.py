@@ -4,6 +4,7 @@ in the client, permanent errors, webhook status codes. Delivery through the data
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -83,7 +84,10 @@ def test_permanent_errors_are_not_retried(slack: FakeSlack) -> None:
     assert [r.status for r in slack.requests] == [403]
 
 
-def test_webhook_checks_status_codes_instead_of_raising(slack: FakeSlack) -> None:
+def test_webhook_checks_status_codes_instead_of_raising(
+    slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     hook = SlackWebhookNotifier(SecretStr(slack.webhook_url), max_retries=1, server_backoff_s=0.01)
     assert hook.send(incident()).ok
     slack.fail_next(500, times=2)
@@ -93,4 +97,6 @@ def test_webhook_checks_status_codes_instead_of_raising(slack: FakeSlack) -> Non
     gone = hook.send(incident(IncidentState.UPDATED, 1))
     assert not gone.ok and not gone.retryable and gone.status_code == 404
     assert [r.status for r in slack.requests] == [200, 500, 500, 404]
+    # slack-sdk logged the URL, a secret, on each retry at INFO
+    assert "retry" in caplog.text and slack.webhook_url not in caplog.text
     assert slack.requests[0].body["blocks"][0]["type"] == "header"

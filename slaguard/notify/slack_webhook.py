@@ -6,6 +6,7 @@ status is checked here (429 and 5xx are retried later, other codes are permanent
 
 from __future__ import annotations
 
+import logging
 from urllib.error import URLError
 
 from pydantic import SecretStr
@@ -35,6 +36,7 @@ class SlackWebhookNotifier:
             url.get_secret_value(),
             timeout=timeout_s,
             retry_handlers=slack_retry_handlers(max_retries, server_backoff_s),
+            logger=_redacting_logger(url.get_secret_value()),
         )
 
     def __repr__(self) -> str:
@@ -60,3 +62,25 @@ class SlackWebhookNotifier:
             if retry_after
             else None,
         )
+
+
+class _RedactUrl(logging.Filter):
+    """slack-sdk logs the webhook URL (a secret) when it retries, at INFO."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if self.url in text:
+            record.msg, record.args = text.replace(self.url, "<webhook url>"), None
+        return True
+
+
+def _redacting_logger(url: str) -> logging.Logger:
+    """slack-sdk's webhook logger, with the URL masked in everything it logs."""
+    logger = logging.getLogger("slaguard.notify.slack_webhook.sdk")
+    logger.filters = [f for f in logger.filters if not isinstance(f, _RedactUrl)]
+    logger.addFilter(_RedactUrl(url))
+    return logger
