@@ -272,12 +272,45 @@ def test_the_services_delivery_rounds_feed_the_slack_metrics(
     def count(name: str, **labels: str) -> float | None:
         return registry.get_sample_value(name, labels)
 
+    async def evaluate(now_s: float) -> None:
+        await modes.evaluate(now_s)
+        await modes.wait_for_delivery()
+
     slack.fail_next(500)
-    asyncio.run(modes.evaluate(T0 + 20))
+    asyncio.run(evaluate(T0 + 20))
     assert count("slaguard_slack_delivery_failures_total", reason="server_error") == 1.0
     assert count("slaguard_slack_deliveries_total") == 0.0
-    asyncio.run(modes.evaluate(T0 + 21))  # paused until T0 + 22: no attempt, nothing counted
-    asyncio.run(modes.evaluate(T0 + 22))
+    asyncio.run(evaluate(T0 + 21))  # paused until T0 + 22: no attempt, nothing counted
+    asyncio.run(evaluate(T0 + 22))
     assert count("slaguard_slack_delivery_failures_total", reason="server_error") == 1.0
     assert count("slaguard_slack_deliveries_total") == 1.0
     assert len(slack.requests) == 2
+
+
+def test_a_rate_limited_delivery_does_not_hold_up_the_detectors(
+    audit_engine: Engine, slack: FakeSlack
+) -> None:
+    """slack-sdk sleeps out a 429's Retry-After in the sending thread; the delivery ran
+    inside the detectors' job, which stopped evaluating for that long, and the retry time
+    was counted from before the sleep, so it was already due when the round ended."""
+    open_incident(audit_engine)
+    notifier = SlackWebNotifier(
+        SecretStr(TOKEN), "C0GUARD", base_url=slack.base_url, max_retries=1, timeout_s=5
+    )
+    leader = GuardReplica(audit_engine, SoloLease(), notifier, replica_id="a")
+    assert leader.sync(T0 + 20).leader
+    modes = ReplicaModes(leader, FleetState(load_fleet()), SlaguardMetrics(CollectorRegistry()))
+    slack.fail_next(429, times=2)
+
+    async def run() -> None:
+        await modes.evaluate(T0 + 20)  # starts a round: the client sleeps Retry-After (1 s)
+        evaluated = leader.stats.evaluations
+        await modes.evaluate(T0 + 21)
+        assert leader.stats.evaluations == evaluated + 1 and modes.delivering
+        await modes.wait_for_delivery()
+
+    asyncio.run(run())
+    assert [r.status for r in slack.requests] == [429, 429]
+    store = IncidentStore(audit_engine)
+    # 2 s backoff from the end of the round (about T0 + 21), not from its start
+    assert store.due(T0 + 22.5) == [] and len(store.due(T0 + 24.0)) == 1

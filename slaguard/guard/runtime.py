@@ -9,7 +9,7 @@ on its own.
 | `observe(sample)` | request path | per finished request | queue only (local feed) |
 | `sync(now_s)` | mode sync job | 500 ms | leadership; newer mode; router inputs; samples out |
 | `evaluate(now_s)` | detector job | 1 s | leader: feed (own + forwarded), evaluate, store events |
-| `deliver(now_s)` | notify job | 1 s | leader: send due outbox messages |
+| `deliver(now_s)` | task the detector job starts | 1 s | leader: send due outbox messages |
 | `command(...)` | admin endpoint | on demand | rollback (alert: + incident) / hold / resume |
 | `close()` | shutdown | once | give leadership up |
 
@@ -22,7 +22,9 @@ from `command` (a human must see them).
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections import deque
 from collections.abc import MutableMapping
 from dataclasses import dataclass
@@ -232,7 +234,11 @@ class GuardReplica:
         try:
             for msg in self.incidents.due(now_s):
                 self._prime_thread(msg)
+                sending = time.monotonic()
                 result = self.notifier.send(msg.event)
+                # The client may have slept out a Retry-After: retry times count from the
+                # end of the send (in whole seconds, so a quick send leaves now_s as given).
+                now_s += math.floor(time.monotonic() - sending)
                 done.append((msg, result))
                 if result.ok:
                     self.stats.sent += 1

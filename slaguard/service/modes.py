@@ -16,6 +16,7 @@ jitter inputs are fed; the blocking replica calls go to worker threads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 from dataclasses import dataclass, field
@@ -139,6 +140,7 @@ class ReplicaModes:
         self.fleet_state = fleet_state
         self.metrics = metrics
         self._index = {t.id: t.index for t in fleet_state.fleet}
+        self._delivery: asyncio.Task[None] | None = None
         metrics.set_fleet_mode(replica.current())
 
     def current(self) -> FleetMode:
@@ -175,7 +177,27 @@ class ReplicaModes:
             self._publish_reports()
             self._apply_router()
         self.metrics.set_fleet_mode(self.replica.current())
-        delivered = await asyncio.to_thread(self.replica.deliver, now_s)
+        if self._delivery is None or self._delivery.done():
+            self._delivery = asyncio.get_running_loop().create_task(self._deliver(now_s))
+
+    @property
+    def delivering(self) -> bool:
+        """A delivery round is still running."""
+        return self._delivery is not None and not self._delivery.done()
+
+    async def wait_for_delivery(self) -> None:
+        """The current delivery round's end, if one runs."""
+        if self._delivery is not None:
+            await self._delivery
+
+    async def _deliver(self, now_s: float) -> None:
+        """Send due incident messages beside the detectors, not in their job: slack-sdk
+        sleeps out a 429's Retry-After in the sending thread, which stopped the guard's
+        evaluations for that long. One delivery round at a time."""
+        try:
+            delivered = await asyncio.to_thread(self.replica.deliver, now_s)
+        except asyncio.CancelledError:
+            return  # the service is stopping; the outbox keeps the message
         self.metrics.count_slack_results(result for _, result in delivered)
 
     async def sync(self, now_s: float) -> None:
@@ -207,6 +229,10 @@ class ReplicaModes:
         return self._answer(outcome)
 
     def close(self) -> None:
+        if self.delivering:
+            assert self._delivery is not None
+            with contextlib.suppress(RuntimeError):  # its event loop already closed
+                self._delivery.cancel()
         self.replica.close()
 
     # -- internals ----------------------------------------------------------------------
