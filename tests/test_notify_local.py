@@ -70,6 +70,19 @@ def test_factory_picks_by_environment_and_keeps_secrets_out_of_reprs(tmp_path: P
             "SLAGUARD_SLACK_BOT_TOKEN_FILE: cannot read",
         ),
         ({"SLAGUARD_SLACK_WEBHOOK_URL": TOKEN}, "SLAGUARD_SLACK_WEBHOOK_URL: not an http(s) URL"),
+        # these two started, then retried every message for ever
+        (
+            {
+                "SLAGUARD_SLACK_BOT_TOKEN": TOKEN,
+                "SLAGUARD_SLACK_CHANNEL": "C1",
+                "SLAGUARD_SLACK_BASE_URL": "127.0.0.1:9/api",
+            },
+            "SLAGUARD_SLACK_BASE_URL: '127.0.0.1:9/api' is not an http(s) URL",
+        ),
+        (
+            {"SLAGUARD_NOTIFY_FILE": "/nonexistent-dir/incidents.jsonl"},
+            "SLAGUARD_NOTIFY_FILE: directory /nonexistent-dir does not exist",
+        ),
     ],
 )
 def test_factory_errors_name_the_variable_never_the_secret(
@@ -79,3 +92,14 @@ def test_factory_errors_name_the_variable_never_the_secret(
         notifier_from_env(env)
     assert str(info.value).startswith(message) and "fix:" in str(info.value)
     assert TOKEN not in str(info.value)
+
+
+def test_the_configs_notify_file_is_checked_and_gets_the_links(tmp_path: Path) -> None:
+    """`notify_file` in the service config skipped the environment's links and was first
+    found unwritable at the first incident."""
+    env = {"SLAGUARD_DASHBOARD_URL": "https://grafana.example/d/slaguard"}
+    chosen = notifier_from_env(env, notify_file=tmp_path / "n.jsonl")
+    assert isinstance(chosen, FileNotifier)
+    assert chosen.links.dashboard_url == "https://grafana.example/d/slaguard"
+    with pytest.raises(NotifyConfigError, match=r"notify_file: directory .* does not exist"):
+        notifier_from_env(env, notify_file=tmp_path / "nowhere" / "n.jsonl")

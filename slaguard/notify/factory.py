@@ -65,10 +65,15 @@ def links_from_env(env: Mapping[str, str]) -> MessageLinks:
     )
 
 
-def notifier_from_env(env: Mapping[str, str] | None = None) -> Notifier:
-    """The notifier the environment asks for (see the module table)."""
+def notifier_from_env(
+    env: Mapping[str, str] | None = None, notify_file: Path | None = None
+) -> Notifier:
+    """The notifier the environment asks for (see the module table); `notify_file` (the
+    service's config) comes before all of it. The links come from the environment."""
     env = os.environ if env is None else env
     links = links_from_env(env)
+    if notify_file is not None:
+        return _file_notifier(notify_file, "notify_file", links)
     token = _secret(env, f"{PREFIX}SLACK_BOT_TOKEN")
     if token is not None:
         channel = env.get(f"{PREFIX}SLACK_CHANNEL", "").strip()
@@ -78,6 +83,11 @@ def notifier_from_env(env: Mapping[str, str] | None = None) -> Notifier:
                 f"when {PREFIX}SLACK_BOT_TOKEN is set"
             )
         base_url = env.get(f"{PREFIX}SLACK_BASE_URL", "").strip() or None
+        if base_url is not None and not base_url.startswith(("https://", "http://")):
+            raise NotifyConfigError(
+                f"{PREFIX}SLACK_BASE_URL: {base_url!r} is not an http(s) URL; fix: write it "
+                "like https://slack.com/api/ (or unset it)"
+            )
         return SlackWebNotifier(token, channel, links, base_url=base_url)
     webhook = _secret(env, f"{PREFIX}SLACK_WEBHOOK_URL")
     if webhook is not None:
@@ -89,5 +99,19 @@ def notifier_from_env(env: Mapping[str, str] | None = None) -> Notifier:
         return SlackWebhookNotifier(webhook, links)
     path = env.get(f"{PREFIX}NOTIFY_FILE", "").strip()
     if path:
-        return FileNotifier(Path(path), links)
+        return _file_notifier(Path(path), f"{PREFIX}NOTIFY_FILE", links)
     return ConsoleNotifier(links)
+
+
+def _file_notifier(path: Path, source: str, links: MessageLinks) -> FileNotifier:
+    """A file notifier whose file can be appended to (found at start, not at the first
+    incident, whose message would then be retried for ever)."""
+    if path.is_dir():
+        raise NotifyConfigError(f"{source}: {path} is a directory; fix: name a file")
+    if not path.parent.is_dir():
+        raise NotifyConfigError(
+            f"{source}: directory {path.parent} does not exist; fix: create it or name another file"
+        )
+    if not os.access(path if path.exists() else path.parent, os.W_OK):
+        raise NotifyConfigError(f"{source}: cannot write {path}; fix: name a writable file")
+    return FileNotifier(path, links)

@@ -43,7 +43,6 @@ from slaguard.guard.leader import default_replica_id, lease_for
 from slaguard.guard.runtime import GuardReplica
 from slaguard.notify.base import Notifier
 from slaguard.notify.factory import notifier_from_env
-from slaguard.notify.file import FileNotifier
 from slaguard.scheduler.config import RouterConfig, SchedulerConfig
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.rollout import RolloutPlan
@@ -99,7 +98,7 @@ def build_service(
     DatabaseUrlError, NotifyConfigError, SchemaNotCurrentError on user mistakes)."""
     fleet = load_fleet(config.fleet)
     if notifier is None:  # a notifier mistake is refused before the database is touched
-        notifier = FileNotifier(config.notify_file) if config.notify_file else notifier_from_env()
+        notifier = notifier_from_env(notify_file=config.notify_file)
     url = resolve_db_url(config.db)
     engine = create_audit_engine(url)
     try:
