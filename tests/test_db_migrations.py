@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from conftest import BACKENDS
+from conftest import BACKENDS, create_scratch_database, drop_database, require_postgres
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.engine import URL
 from typer.testing import CliRunner
@@ -166,3 +167,33 @@ def test_default_database_is_env_then_working_directory(
     result = CliRunner().invoke(app, ["db", "upgrade"])
     assert result.exit_code == 0 and str(elsewhere) in result.output
     assert elsewhere.is_file()
+
+
+@pytest.mark.postgres
+def test_replicas_migrating_a_new_database_at_once_all_succeed() -> None:
+    """Three replicas started together on a new database each ran the migration: one in
+    four starts hit `duplicate key ... pg_type_typname_nsp_index`. Now they take turns."""
+    require_postgres()
+    url = create_scratch_database()
+    engines = [create_audit_engine(url) for _ in range(3)]
+    start = threading.Barrier(3)
+    errors: list[BaseException] = []
+
+    def migrate(engine: Engine) -> None:
+        start.wait()
+        try:
+            upgrade(engine)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=migrate, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    try:
+        assert errors == [] and current_revision(engines[0]) == head_revision()
+    finally:
+        for engine in engines:
+            engine.dispose()
+        drop_database(url)

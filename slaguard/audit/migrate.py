@@ -13,7 +13,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from slaguard.audit.engine import shown_url
 
@@ -63,10 +63,18 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
+MIGRATION_LOCK_KEY = 0x534C4147_4D494752  # "SLAGMIGR"
+"""PostgreSQL advisory lock taken around a migration: replicas started together on a new
+database each ran it and collided (`duplicate key ... pg_type_typname_nsp_index`)."""
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Bring the schema up to `revision` (creates everything on an empty database)."""
+    """Bring the schema up to `revision` (creates everything on an empty database); on
+    PostgreSQL one migration at a time, the others waiting and then finding it done."""
     cfg = alembic_config()
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 
