@@ -172,7 +172,7 @@ def test_bad_scenarios_are_one_line_with_file_line_field_and_fix(
 def test_names_are_checked_against_the_fleet(fleet: Fleet, fault: str, problem: str) -> None:
     with pytest.raises(FaultError) as caught:
         parse_faults(f"faults:\n  - {fault}\n", "s.yaml", fleet)
-    assert str(caught.value).startswith(f"s.yaml: {problem}")
+    assert str(caught.value).startswith(f"s.yaml:2: {problem}")  # the line of the name
     assert "; fix: " in str(caught.value)
     parse_faults(f"faults:\n  - {fault}\n", "s.yaml")  # no fleet: names are not checked
 

@@ -157,8 +157,15 @@ def test_bad_trace_is_one_line(tmp_path: Path, content: str, problem: str) -> No
         ("faults: [\n", "invalid YAML"),
         ("faults:\n  - {kind: meltdown, start_s: 1}\n", "kind"),
         ("faults:\n  - {kind: jitter, target: l40s, start_s: 9, end_s: 5, factor: 2}\n", ":2:"),
-        ("faults:\n  - {kind: fail, target: b200-8b, start_s: 1, end_s: 5}\n", "b200-8b"),
-        ("faults:\n  - {kind: new_model, model: gpt-5, start_s: 1, latency_factor: 2}\n", "gpt-5"),
+        (
+            "faults:\n  - {kind: fail, target: b200-8b, start_s: 1, end_s: 5}\n",
+            ":2: faults[0].target",
+        ),
+        (
+            "faults:\n  - kind: new_model\n    start_s: 1\n    model: gpt-5\n"
+            "    latency_factor: 2\n",
+            ":4: faults[0].model: model 'gpt-5'",
+        ),
         # an infinite factor wrote Infinity into the report, a huge one ran out of memory
         (
             "faults:\n  - {kind: jitter, target: l40s, start_s: 1, end_s: 5, factor: .inf}\n",

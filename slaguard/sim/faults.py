@@ -230,26 +230,32 @@ def _validation_error(source: str, root: yaml.Node | None, exc: ValidationError)
     return FaultError(f"{where}: {_field(loc) or 'faults'}: {message}{shown}; fix: {fix}")
 
 
-def check_against_fleet(schedule: FaultSchedule, fleet: Fleet) -> None:
-    """Every named target, card type and model must exist in the fleet."""
+def check_against_fleet(
+    schedule: FaultSchedule, fleet: Fleet, root: yaml.Node | None = None
+) -> None:
+    """Every named target, card type and model must exist in the fleet (the error names
+    the line when `root`, the parsed YAML, is given)."""
     target_ids = {t.id for t in fleet.targets}
     card_types = set(fleet.card_types())
     served = {t.model.id for t in fleet.targets}
     for i, f in enumerate(schedule.faults):
+        key = "model" if isinstance(f, NewModelFault) else "target"
+        line = _node_line(root, ("faults", i, key)) if root is not None else None
+        where = f"{schedule.source}:{line}" if line is not None else schedule.source
         field = f"faults[{i}]"
         if isinstance(f, JitterFault) and f.target not in target_ids | card_types:
             raise FaultError(
-                f"{schedule.source}: {field}.target: unknown target or card type {f.target!r} "
+                f"{where}: {field}.target: unknown target or card type {f.target!r} "
                 f"in fleet {fleet.name!r}; fix: use a target id or one of {sorted(card_types)}"
             )
         if isinstance(f, FailFault) and f.target not in target_ids:
             raise FaultError(
-                f"{schedule.source}: {field}.target: unknown target {f.target!r} in fleet "
+                f"{where}: {field}.target: unknown target {f.target!r} in fleet "
                 f"{fleet.name!r}; fix: use a target id such as {sorted(target_ids)[0]!r}"
             )
         if isinstance(f, NewModelFault) and f.model not in served:
             raise FaultError(
-                f"{schedule.source}: {field}.model: model {f.model!r} is not served by fleet "
+                f"{where}: {field}.model: model {f.model!r} is not served by fleet "
                 f"{fleet.name!r}; fix: use one of {sorted(served)}"
             )
 
@@ -275,7 +281,7 @@ def parse_faults(text: str, source: str = "<faults>", fleet: Fleet | None = None
         raise _validation_error(source, root, exc) from None
     schedule = FaultSchedule(tuple(scenario.faults), source, _unknown_keys(source, root, raw))
     if fleet is not None:
-        check_against_fleet(schedule, fleet)
+        check_against_fleet(schedule, fleet, root)
     return schedule
 
 
