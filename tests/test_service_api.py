@@ -148,6 +148,11 @@ def test_route_records_the_decision_with_its_explanation(api: Running) -> None:
         ({"model": "llama3.1-8b", "prompt_tokens": -1, "max_new_tokens": 10}, "prompt_tokens"),
         ({"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": -5}, "max_new_tokens"),
         ({"model": "gpt-9", "prompt_tokens": 1, "max_new_tokens": 1}, "model"),
+        # in the catalogue, served by no target: answered no_capacity, to be retried for ever
+        (
+            {"model": "qwen2.5-32b", "prompt_tokens": 1, "max_new_tokens": 1},
+            "model: model 'qwen2.5-32b' is not served by this fleet",
+        ),
         (
             {"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "priority": "vip"},
             "priority",

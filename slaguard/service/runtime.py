@@ -143,7 +143,11 @@ class ServiceRuntime:
         self.finished_count = 0
         self.violated_count = 0
         self.started_at_s = clock()
-        self._models = sorted(fleet.models)
+        served = {t.model.id for t in fleet}
+        self._models = sorted(
+            m for m, spec in fleet.models.items() if m in served or spec.degrade_to in served
+        )
+        """What a request may name: a model the fleet serves, or one it degrades to one."""
         self._id_prefix = uuid.uuid4().hex[:20]
         self._id_counter = itertools.count()
 
@@ -158,8 +162,9 @@ class ServiceRuntime:
             ) from None
 
     def check_model(self, model: str, field: str = "model") -> None:
-        if model not in self.fleet.models:
-            raise FieldError(field, f"unknown model {model!r}; use one of {self._models}")
+        if model not in self._models:
+            known = "not served by this fleet" if model in self.fleet.models else "unknown"
+            raise FieldError(field, f"model {model!r} is {known}; use one of {self._models}")
 
     def request(
         self,
