@@ -8,7 +8,6 @@ requests with both policies and explains each decision, without starting anythin
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import typer
@@ -17,7 +16,7 @@ from rich.markup import escape
 
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
-from slaguard.emulator.demo import run_demo
+from slaguard.emulator.demo import DEFAULT_WORKDIR, run_demo
 from slaguard.fleet import Fleet, Priority, Request
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.explain import Decision
@@ -68,7 +67,7 @@ def demo(
         False, "--routing-only", help="Only route and explain sample requests (no processes)."
     ),
     workdir: Path = typer.Option(
-        Path(tempfile.gettempdir()) / "slaguard-demo",
+        DEFAULT_WORKDIR,
         "--workdir",
         help="Where the full demo keeps its audit DB, configs and logs (emptied first).",
     ),

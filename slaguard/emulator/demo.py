@@ -24,6 +24,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -217,7 +218,7 @@ async def _drive(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, li
                 if mode == "round_robin" and last_mode not in ("?", "round_robin"):
                     console.print(
                         f"[bold yellow]GUARD[/] breaker tripped: fleet {last_mode} -> {mode} "
-                        f"({status['mode']['reason'][:90]})",
+                        f"({status['mode']['reason']})",
                         highlight=False,
                     )
                 last_mode = mode
@@ -297,6 +298,8 @@ def _report(stack: Stack, every: dict[str, list[float]], console: Console) -> No
 
 WORKDIR_MARK = ".slaguard-demo"
 """Left in the demo's work directory: the only kind of non-empty directory it empties."""
+DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "slaguard-demo"
+"""The demo's own place, emptied whatever is in it (earlier demos left no mark)."""
 
 
 def prepare_workdir(workdir: Path) -> None:
@@ -305,7 +308,7 @@ def prepare_workdir(workdir: Path) -> None:
     if workdir.exists() and not workdir.is_dir():
         raise RuntimeError(f"--workdir: {workdir} is a file; fix: pass a directory")
     if workdir.is_dir() and any(workdir.iterdir()):
-        if not (workdir / WORKDIR_MARK).is_file():
+        if not (workdir / WORKDIR_MARK).is_file() and workdir != DEFAULT_WORKDIR:
             raise RuntimeError(
                 f"--workdir: {workdir} is not empty and was not made by the demo; fix: pass "
                 "a new or empty directory (the demo empties its work directory first)"
