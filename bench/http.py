@@ -35,6 +35,7 @@ import asyncio
 import functools
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import tempfile
@@ -294,7 +295,9 @@ def sweep(svc: str, meter: CpuMeter, args: argparse.Namespace) -> dict[str, obje
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rate", type=float, default=2000.0)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--connections", type=int, default=64)
@@ -335,6 +338,7 @@ def main() -> None:
     ]
     svc = f"http://127.0.0.1:{port}"
     load_before = os.getloadavg()
+    finished = False
     try:
         wait_ok(f"{emu}/health")
         wait_ok(f"{svc}/readyz")
@@ -369,10 +373,15 @@ def main() -> None:
             n_gw, lambda: uvloop.run(gateway_load(svc, n_gw, conc))
         )
         gw["at_load"] = {**gw_load, **gw_load_cpu}
+        finished = True
     finally:
         for p in procs:
             p.terminate()
             p.wait(15)
+        if finished:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"the run failed; its logs are kept in {tmp}", file=sys.stderr)
     result = {
         "healthz_baseline": base, "route": route, "sweep": found, "gateway": gw,
         "service_idle_cpu_pct": {"main": round(idle[0] * 100, 2),
