@@ -6,10 +6,12 @@ not by sleeping. The audit writer is real: decisions are polled for in the datab
 
 from __future__ import annotations
 
+import asyncio
 import re
+import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import pytest
 import yaml
 
 from slaguard.audit.service import UnknownRequestError, explain
+from slaguard.fleet import Priority
 from slaguard.service.app import create_app
 from slaguard.service.bootstrap import Service, build_service
 from slaguard.service.config import load_config
@@ -323,3 +326,49 @@ def test_every_scheduler_job_an_alert_or_label_names_is_one_the_service_runs(
     assert found is not None
     watched = set(found.group(1).split("|"))
     assert watched == runs - {"weight_update"}  # the hourly job has no rate to lose
+
+
+def test_decisions_a_full_journal_refuses_are_counted_and_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The refusals only reached `/v1/status`: the counter behind the critical
+    SlaguardAuditRecordsRefused alert stayed 0, and each one wrote an ERROR line."""
+    service = _service(tmp_path, Clock(time.time()))
+    try:
+        rt = service.runtime
+        assert rt.writer is not None
+        rt.writer.settings = replace(rt.writer.settings, max_spill_bytes=1)
+        for i in range(5):
+            rt.decide(
+                rt.request(
+                    model="llama3.1-8b", prompt_tokens=10, max_new_tokens=5,
+                    priority=Priority.NORMAL, deadline_s=None, request_id=f"full-{i}",
+                    prefix_id=None,
+                )
+            )  # fmt: skip
+        refused = rt.metrics.registry.get_sample_value("slaguard_audit_records_refused_total")
+        assert refused == 5 and rt.audit_refused == 5
+        lines = [r for r in caplog.records if "not audited" in r.getMessage()]
+        assert len(lines) == 1
+    finally:
+        service.close()
+
+
+def test_a_locked_sqlite_file_delays_readiness_instead_of_failing_the_start(
+    tmp_path: Path,
+) -> None:
+    """The start stored the weight version and died with a traceback when another process
+    held the file's write lock; now it is not ready yet, and ready once the lock goes."""
+    service = _service(tmp_path, Clock(time.time()))
+    holder = sqlite3.connect(tmp_path / "audit.db", isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        asyncio.run(service.readiness())
+        problem = service.runtime.ready_problem
+        assert problem is not None and problem.startswith("audit database busy:"), problem
+        holder.execute("COMMIT")
+        asyncio.run(service.readiness())
+        assert service.runtime.ready_problem is None
+    finally:
+        holder.close()
+        service.close()

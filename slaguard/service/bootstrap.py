@@ -139,7 +139,10 @@ def build_service(
         if problem is None and runtime.ready_problem is not None:
             w = scheduler.weights
             rec = WeightVersionRecord(w.version, clock(), w.as_dict())
-            await asyncio.to_thread(record_weight_version, engine, rec)
+            try:
+                await asyncio.to_thread(record_weight_version, engine, rec)
+            except SQLAlchemyError as exc:  # e.g. SQLite locked by another process: retried
+                problem = f"audit database busy: {error_line(exc)}"
         runtime.ready_problem = problem
 
     return Service(runtime, engine, writer, readiness, modes)

@@ -30,6 +30,7 @@ from sqlalchemy import Engine
 from slaguard.audit.from_scheduler import decision_head
 from slaguard.audit.records import OutcomeRecord, RequestStatus
 from slaguard.audit.writer import AuditWriter, SpillFullError
+from slaguard.failure_log import FailureLog
 from slaguard.fleet import Fleet, Priority, Request
 from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.scheduler.core import Scheduler
@@ -140,6 +141,7 @@ class ServiceRuntime:
         self.ready_problem: str | None = "starting"
         """None when ready; otherwise why `/readyz` answers 503."""
         self.audit_refused = 0
+        self._refusals = FailureLog(log, "audit record")
         self.finished_count = 0
         self.violated_count = 0
         self.started_at_s = clock()
@@ -259,8 +261,14 @@ class ServiceRuntime:
             )
             self.writer.enqueue_decision(head, d.explanation)
         except SpillFullError as exc:
-            self.audit_refused += 1
-            log.error("decision %s not audited: %s", d.request_id, exc)
+            self._refused(exc)
+
+    def _refused(self, exc: SpillFullError) -> None:
+        """A record the full spill journal refused: counted (the SlaguardAuditRecordsRefused
+        page), logged once and then once a minute, not once per request."""
+        self.audit_refused += 1
+        self.metrics.count_audit_refused()
+        self._refusals.failed(f"not audited: {str(exc).split(' holds ')[0]} is full", self.clock())
 
     def first_token(self, entry: Pending, ttft_s: float) -> bool:
         """The answer's first token (seen by the gateway, or reported with
@@ -311,8 +319,7 @@ class ServiceRuntime:
                     OutcomeRecord(entry.decision_id, now, ttft_s, tpot_s, e2e_s, status, met)
                 )
             except SpillFullError as exc:
-                self.audit_refused += 1
-                log.error("outcome of %s not audited: %s", entry.decision_id, exc)
+                self._refused(exc)
         if entry.target_index is None:
             return Finished(True, False, met)
         target = self.fleet.targets[entry.target_index]
