@@ -39,6 +39,12 @@ def serve(
             port_fix="--port or SLAGUARD_SERVE_PORT",
             host_fix="--host or SLAGUARD_SERVE_HOST",
         )
+        # Before the build, so the writer's replay of a left journal and a failed
+        # migration are logged like the rest; Alembic's own INFO lines stay out of it.
+        logging.basicConfig(
+            level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        logging.getLogger("alembic").setLevel(logging.WARNING)
         service = build_service(cfg)
     except (
         ServiceConfigError,
@@ -53,9 +59,6 @@ def serve(
             f"audit spill journal: {exc}; fix: give each replica its own spill_dir "
             "(config field, or SLAGUARD_SERVE_SPILL_DIR)"
         )
-    logging.basicConfig(
-        level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     if token is None:
         logging.getLogger("slaguard").warning(
             "no $SLAGUARD_ADMIN_TOKEN: /v1/mode and /v1/alertmanager are disabled"
