@@ -146,10 +146,11 @@ class ServiceRuntime:
         self.violated_count = 0
         self.started_at_s = clock()
         served = {t.model.id for t in fleet}
-        self._models = sorted(
+        self._routable = frozenset(
             m for m, spec in fleet.models.items() if m in served or spec.degrade_to in served
         )
         """What a request may name: a model the fleet serves, or one it degrades to one."""
+        self._models = sorted(self._routable)
         self._id_prefix = uuid.uuid4().hex[:20]
         self._id_counter = itertools.count()
 
@@ -164,7 +165,7 @@ class ServiceRuntime:
             ) from None
 
     def check_model(self, model: str, field: str = "model") -> None:
-        if model not in self._models:
+        if model not in self._routable:
             known = "not served by this fleet" if model in self.fleet.models else "unknown"
             raise FieldError(field, f"model {model!r} is {known}; use one of {self._models}")
 
@@ -260,15 +261,15 @@ class ServiceRuntime:
                 served_by=target,
             )
             self.writer.enqueue_decision(head, d.explanation)
-        except SpillFullError as exc:
-            self._refused(exc)
+        except SpillFullError:
+            self._refused()
 
-    def _refused(self, exc: SpillFullError) -> None:
+    def _refused(self) -> None:
         """A record the full spill journal refused: counted (the SlaguardAuditRecordsRefused
         page), logged once and then once a minute, not once per request."""
         self.audit_refused += 1
         self.metrics.count_audit_refused()
-        self._refusals.failed(f"not audited: {str(exc).split(' holds ')[0]} is full", self.clock())
+        self._refusals.failed("not audited: the audit spill journal is full", self.clock())
 
     def first_token(self, entry: Pending, ttft_s: float) -> bool:
         """The answer's first token (seen by the gateway, or reported with
@@ -318,8 +319,8 @@ class ServiceRuntime:
                 self.writer.enqueue(
                     OutcomeRecord(entry.decision_id, now, ttft_s, tpot_s, e2e_s, status, met)
                 )
-            except SpillFullError as exc:
-                self._refused(exc)
+            except SpillFullError:
+                self._refused()
         if entry.target_index is None:
             return Finished(True, False, met)
         target = self.fleet.targets[entry.target_index]
