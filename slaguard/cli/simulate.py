@@ -112,7 +112,7 @@ def _audit_sink(db: str, sim: Simulation) -> AuditObserver:
     finally:
         engine.dispose()
     try:
-        writer = open_writer(engine.url.render_as_string(hide_password=False), migrate=True)
+        writer = open_writer(engine.url.render_as_string(hide_password=False))
     except (SchemaNotCurrentError, SpillInUseError, OSError) as exc:
         fail(f"--audit-db: {exc}")
     horizon = float(sim.arrivals[-1]) if len(sim.arrivals) else 0.0

@@ -163,13 +163,11 @@ async def _proxy(
         raw = json.dumps(doc).encode()
     opening = _open_upstream(request, rt, routed, path, raw, body.stream)
     found = await opening if body.stream else await unless_client_leaves(request, opening)
+    meter = StreamMeter(started)
     if found is None:
-        rt.record_decision(routed, decide_s)
-        rt.finish(entry, "failed", ttft_s=None, tpot_s=None, e2e_s=time.perf_counter() - started)
-        return Response(b"", 499)
+        return _client_left(rt, routed, decide_s, meter)
     up = found
     resp = up.response
-    meter = StreamMeter(started)
     out_headers = {
         "x-slaguard-decision-id": entry.decision_id,
         "x-slaguard-target": rt.fleet.targets[entry.target_index].id,
@@ -203,12 +201,21 @@ async def _whole(
         raise HTTPException(502, f"backend broke while answering: {exc}") from exc
     finally:
         up.response.release()
-    rt.record_decision(routed, decide_s)
     if content is None:
-        rt.finish(entry, "failed", ttft_s=None, tpot_s=None, e2e_s=meter.since_start())
-        return Response(b"", 499)
+        return _client_left(rt, routed, decide_s, meter)
+    rt.record_decision(routed, decide_s)
     _finish_whole(rt, entry, meter, up.response.status, content)
     return Response(content, up.response.status, headers, media_type=media)
+
+
+def _client_left(
+    rt: ServiceRuntime, routed: Routed, decide_s: float, meter: StreamMeter
+) -> Response:
+    """The client of a whole answer left before it came: recorded failed, as a stream
+    the client leaves is; the answer (status 499, nginx's) goes to nobody."""
+    rt.record_decision(routed, decide_s)
+    rt.finish(routed.entry, "failed", ttft_s=None, tpot_s=None, e2e_s=meter.since_start())
+    return Response(b"", 499)
 
 
 async def _read_whole(up: Upstream) -> bytes:

@@ -198,6 +198,9 @@ class ReplicaModes:
             delivered = await asyncio.to_thread(self.replica.deliver, now_s)
         except asyncio.CancelledError:
             return  # the service is stopping; the outbox keeps the message
+        except Exception:  # never lost in an unawaited task: the outbox keeps the message
+            log.exception("incident delivery round failed; retried at the next evaluation")
+            return
         self.metrics.count_slack_results(result for _, result in delivered)
 
     async def sync(self, now_s: float) -> None:
