@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import pg_connect
 from helpers import wait_for
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, text
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
@@ -95,3 +96,51 @@ def test_a_sigkilled_parent_leaves_no_writer_process(tmp_path: Path, database: s
         with AuditWriter(engine, tmp_path / "spill") as restarted:
             assert restarted.wait_flushed(30)
         assert sorted(stored(engine)) == sorted(d.request_id for d in RUN.decisions[:200])
+
+
+@pytest.mark.postgres
+def test_a_batch_waiting_on_a_locked_table_is_reported_and_retried(
+    pg_audit_engine: Engine, tmp_path: Path
+) -> None:
+    with pg_audit_engine.begin() as conn:
+        conn.execute(text("TRUNCATE decisions, outcomes"))
+    settings = WriterSettings(statement_timeout_s=0.3, retry_max_s=0.2)
+    with AuditWriter(pg_audit_engine, tmp_path / "spill", settings) as w:
+        with pg_connect(pg_audit_engine.url) as locker, locker.transaction():
+            locker.execute("LOCK TABLE decisions IN ACCESS EXCLUSIVE MODE")
+            for record in RUN.decisions[:100]:
+                w.enqueue(record)
+            wait_for("a reported write failure", lambda: w.stats().write_errors >= 2, 15)
+            assert "statement timeout" in (w.stats().last_error or "")
+            assert w.stats().queue_depth == 100
+        assert w.wait_flushed(30), w.stats()
+    assert sorted(stored(pg_audit_engine)) == sorted(d.request_id for d in RUN.decisions[:100])
+
+
+@pytest.mark.postgres
+def test_a_sigkilled_parent_leaves_no_writer_blocked_in_the_database(
+    pg_audit_engine: Engine, tmp_path: Path
+) -> None:
+    url = pg_audit_engine.url.render_as_string(hide_password=False)
+    with pg_connect(pg_audit_engine.url) as locker, locker.transaction():
+        locker.execute("LOCK TABLE decisions IN ACCESS EXCLUSIVE MODE")
+        parent = subprocess.Popen(
+            [sys.executable, "-c", PARENT, url, str(tmp_path / "spill")],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        wait_for(
+            "the writer to wait on the lock",
+            lambda: bool(locker.execute(LOCK_WAITERS).fetchone()[0]),  # type: ignore[index]
+            15,
+        )
+        parent.send_signal(signal.SIGKILL)
+        assert parent.wait(10) == -signal.SIGKILL
+        # The default statement timeout (15 s) has not passed: the watchdog ended it.
+        wait_for(f"writer process {child} to exit", lambda: not alive(child), 5)
+
+
+LOCK_WAITERS = (
+    "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'decisions'::regclass"
+)

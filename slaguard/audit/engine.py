@@ -111,8 +111,12 @@ def _set_sqlite_pragmas(dbapi_conn: sqlite3.Connection, _record: object) -> None
     cursor.close()
 
 
-def create_audit_engine(url: URL | str) -> Engine:
-    """An engine for the audit database (SQLite WAL or PostgreSQL via psycopg 3)."""
+def create_audit_engine(url: URL | str, *, statement_timeout_s: float | None = None) -> Engine:
+    """An engine for the audit database (SQLite WAL or PostgreSQL via psycopg 3).
+
+    `statement_timeout_s` bounds each PostgreSQL statement (the writer's, so a batch
+    waiting on a table lock fails, is reported and retried instead of blocking silently);
+    SQLite's waits are bounded by its busy timeout already."""
     url = resolve_db_url(str(url) if isinstance(url, str) else url.render_as_string(False))
     common: dict[str, Any] = {
         "json_serializer": _compact_json,
@@ -122,9 +126,14 @@ def create_audit_engine(url: URL | str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S}, **common)
         event.listen(engine, "connect", _set_sqlite_pragmas)
         return engine
+    connect_args: dict[str, Any] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+    if statement_timeout_s is not None:
+        connect_args["options"] = (
+            f"-c statement_timeout={max(1, round(statement_timeout_s * 1000))}"
+        )
     return create_engine(
         url,
-        connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S},
+        connect_args=connect_args,
         pool_pre_ping=True,
         **common,
     )

@@ -65,6 +65,9 @@ class WriterSettings:
     drain_timeout_s: float = 10.0
     process_nice: int = 10
     """Niceness added to the writer process: routing gets the CPU first."""
+    statement_timeout_s: float = 15.0
+    """A PostgreSQL batch waiting longer (a table lock, a stuck server) fails and is
+    retried, so the wait shows in `write_errors` and the log instead of hanging."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +241,7 @@ class AuditWriter:
             self.engine.url.render_as_string(hide_password=False),
             str(self._journal.directory.resolve()), self._journal.committed_lsn,
             self._journal.live_from, s.batch_size, s.flush_interval_s, s.copy_min_rows,
-            s.retry_initial_s, s.retry_max_s, s.process_nice,
+            s.retry_initial_s, s.retry_max_s, s.process_nice, s.statement_timeout_s,
         )  # fmt: skip
         env = dict(os.environ)
         root = str(Path(slaguard.__file__).resolve().parents[1])

@@ -6,10 +6,11 @@ the parent's spill journal from the committed LSN in order, writes batches of up
 `batch_size` lines in one transaction each (idempotent by request id, see `sink`), and
 reports every committed batch and every failed attempt on stdout as one JSON line. Its
 stdin is the parent's control pipe: any byte wakes it, end-of-file (parent closing or
-dead) makes it exit, so it never outlives the parent. It ignores SIGINT/SIGTERM: the
-parent decides when to stop, after draining. It runs niced (`WriterSettings.process_nice`)
-so that on a busy box the kernel gives the router's process the CPU first; the writer
-catches up in the gaps, its backlog held in the journal.
+dead) makes it exit, so it never outlives the parent; a thread watching the parent's pid
+ends it too while it waits inside a database call (a lock, a stuck server). It ignores
+SIGINT/SIGTERM: the parent decides when to stop, after draining. It runs niced
+(`WriterSettings.process_nice`) so that on a busy box the kernel gives the router's
+process the CPU first; the writer catches up in the gaps, its backlog held in the journal.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import os
 import select
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import BinaryIO
 
@@ -34,6 +37,7 @@ from slaguard.audit.spill import read_journal, segment_files
 
 log = logging.getLogger(__name__)
 CONTROL_FD = 0
+PARENT_POLL_S = 0.5
 
 
 class ChildConfig(msgspec.Struct):
@@ -49,6 +53,7 @@ class ChildConfig(msgspec.Struct):
     retry_initial_s: float
     retry_max_s: float
     nice: int
+    statement_timeout_s: float
 
 
 class BatchDone(msgspec.Struct, tag="batch"):
@@ -79,6 +84,14 @@ def wait_control(timeout_s: float) -> bool:
     return not ready or bool(os.read(CONTROL_FD, 4096))
 
 
+def exit_with_parent(parent: int) -> None:
+    """End the process once `parent` is gone (re-parented), whatever the main thread is
+    blocked in; an open transaction rolls back and the journal replays it."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(0)
+
+
 def error_message(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
@@ -89,7 +102,9 @@ class _Child:
         self.cfg = cfg
         self.reports = reports
         self.spill = Path(cfg.spill_dir)
-        self.engine: Engine = create_audit_engine(cfg.url)
+        self.engine: Engine = create_audit_engine(
+            cfg.url, statement_timeout_s=cfg.statement_timeout_s
+        )
         self.fleets: dict[str, FleetLabels] = {}
         self.lsn = cfg.start_lsn
 
@@ -165,6 +180,8 @@ def _read_config() -> ChildConfig:
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    parent = os.getppid()
+    threading.Thread(target=exit_with_parent, args=(parent,), daemon=True).start()
     cfg = _read_config()
     os.nice(cfg.nice)
     reports = os.fdopen(os.dup(1), "wb", buffering=0)
