@@ -249,12 +249,21 @@ def timed(fn: Callable[[], object], repeat: int = 3) -> tuple[float, float]:
     return times[0], statistics.median(times[1:])
 
 
+BENCH_STARTED = time.perf_counter()
+
+
+def progress(step: str) -> None:
+    """One line on stderr per phase: the whole run takes minutes."""
+    print(f"[{time.perf_counter() - BENCH_STARTED:6.1f} s] {step}", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> list[Figure]:
     admin = make_url(args.pg_url)
     figures: list[Figure] = []
     n = args.decisions
     if n == 0:
         return big_queries(admin, args.big_rows, args.big_hours) if args.big_rows else []
+    progress(f"writer -> SQLite, {n:,} decisions")
     records = make_decisions(n, "w")
     with tempfile.TemporaryDirectory() as tmp:
         sqlite = create_audit_engine(f"sqlite:///{tmp}/bench.db")
@@ -262,14 +271,17 @@ def run(args: argparse.Namespace) -> list[Figure]:
         sqlite_rate, _ = writer_rate(sqlite, records)
         sqlite.dispose()
     figures.append(Figure("writer -> SQLite (WAL), sustained", sqlite_rate, "decisions/s"))
+    progress(f"scheduler decisions for {args.rounds} rounds")
     scheduler_records = [scheduler_decisions(n, f"s{k}") for k in range(args.rounds)]
     with scratch_database(admin, "w") as url:
         pg = create_audit_engine(url)
         upgrade(pg)
+        progress(f"enqueue paced at {args.paced_rate:,.0f}/s, writer -> PostgreSQL")
         paced = paced_enqueue_costs(pg, make_decisions(min(n, 20_000), "p"), args.paced_rate)
         # Writer and raw COPY alternate, so load from other processes hits both alike.
         writer_rates, copy_rates, raw_rates, burst = [], [], [], []
         for round_no in range(args.rounds):
+            progress(f"round {round_no + 1}/{args.rounds}: writer, raw COPY, scheduler rows")
             with pg.begin() as conn:
                 conn.execute(text("TRUNCATE decisions"))
             rate_w, costs = writer_rate(pg, make_decisions(n, f"w{round_no}"))
@@ -310,6 +322,7 @@ def big_queries(admin: URL, rows: int, hours: float) -> list[Figure]:
     with scratch_database(admin, "big") as url:
         engine = create_audit_engine(url)
         upgrade(engine)
+        progress(f"COPY-loading {rows:,} decisions + outcomes over {hours:g} h")
         started = time.perf_counter()
         load_big(url, rows, hours)
         load_s = time.perf_counter() - started
@@ -320,6 +333,7 @@ def big_queries(admin: URL, rows: int, hours: float) -> list[Figure]:
         since = datetime.fromtimestamp(mid - 1800, UTC)
         until = since + timedelta(hours=1)
         cap = service.fleet_capacity(load_fleet())
+        progress("audit summary and audit incident over one hour")
         s_first, s_med = timed(lambda: service.summary(engine, since, until, cap))
         i_first, i_med = timed(lambda: service.incident_timeline(
             engine, incident, before=timedelta(minutes=20), after=timedelta(minutes=20),

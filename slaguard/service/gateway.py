@@ -49,7 +49,8 @@ from slaguard.service.hotpath import (
     json_body,
     unless_client_leaves,
 )
-from slaguard.service.runtime import FieldError, Pending, Routed, ServiceRuntime
+from slaguard.service.pending import Pending, Routed
+from slaguard.service.runtime import FieldError, ServiceRuntime
 from slaguard.service.schemas import ErrorResponse
 from slaguard.service.sse_meter import StreamMeter
 from slaguard.service.views import runtime_of

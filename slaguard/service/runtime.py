@@ -7,10 +7,7 @@ can find its decision. `finish` is the other half: learner
 feedback, audit outcome, TTFT/TPOT metrics, a guard sample. Both run on the event loop
 thread and do no I/O.
 
-The pending entries live for minutes (up to `max_pending_decisions`, 200k), so they hold
-no per-decision object the garbage collector tracks: with the scheduler's `Decision` in
-them (five tracked objects each) a full collection would walk a million objects at the
-cap, stopping the service for ~0.7 s on the 2-core box.
+The per-decision entries and the SLA rule are in `pending`.
 """
 
 from __future__ import annotations
@@ -21,10 +18,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 
-import msgspec
-import numpy as np
 from sqlalchemy import Engine
 
 from slaguard.audit.from_scheduler import decision_head
@@ -34,11 +28,12 @@ from slaguard.failure_log import FailureLog
 from slaguard.fleet import Fleet, Priority, Request
 from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.scheduler.core import Scheduler
-from slaguard.scheduler.explain import Decision, Outcome
+from slaguard.scheduler.explain import Outcome
 from slaguard.scheduler.rollout import Arm
 from slaguard.service.config import ServiceConfig
 from slaguard.service.gateway_metrics import GatewayMetrics
 from slaguard.service.modes import ModeSource
+from slaguard.service.pending import Finished, Pending, Routed, sla_met
 from slaguard.service.store import DecisionStore
 from slaguard.telemetry.metrics import SlaguardMetrics
 
@@ -51,62 +46,6 @@ class FieldError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
-
-
-class Pending(msgspec.Struct, gc=False):
-    """A decision waiting for its outcome: what `finish` and a repeated request id need,
-    in a struct the garbage collector never walks (see the module docstring)."""
-
-    decision_id: str
-    mode: str
-    decided_at_s: float
-    target_index: int | None
-    """The target serving it (the gateway moves it on a retry); None: no capacity."""
-    arm: Arm
-    outcome: Outcome
-    served_model: str
-    priority: Priority
-    deadline_s: float
-    prompt_tokens: int
-    prefix_id: str | None
-    alternatives: tuple[int, ...]
-    """Other eligible targets, best first (the gateway's retry order)."""
-    learner_components: np.ndarray | None
-    """The chosen target's score components when the learned arm chose it."""
-    done: bool = False
-    sla_met: bool | None = None
-    ttft_fed: bool = False
-    """The guard already has the TTFT (`first_token`)."""
-
-
-@dataclass(slots=True)
-class Routed:
-    """A fresh decision on its request's path: the scheduler's whole `Decision`
-    (explanation included, for the audit record) and the entry that outlives it."""
-
-    decision: Decision
-    entry: Pending
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """What `finish` did."""
-
-    recorded: bool
-    duplicate: bool
-    sla_met: bool | None
-
-
-def sla_met(
-    status: RequestStatus, ttft_s: float | None, e2e_s: float | None, deadline_s: float
-) -> bool:
-    """The SLA judgement: an `ok` request whose first token came by its deadline; with
-    no first-token time (a whole answer) its end, an upper bound, must."""
-    if status != "ok":
-        return False
-    if ttft_s is not None:
-        return ttft_s <= deadline_s
-    return e2e_s is not None and e2e_s <= deadline_s
 
 
 class ServiceRuntime:

@@ -25,7 +25,8 @@ from slaguard.service.hotpath import (
     json_response,
     query_flag,
 )
-from slaguard.service.runtime import FieldError, Pending, ServiceRuntime, sla_met
+from slaguard.service.pending import Pending, sla_met
+from slaguard.service.runtime import FieldError, ServiceRuntime
 from slaguard.service.schemas import (
     ID_PATTERN,
     ErrorResponse,
