@@ -35,6 +35,7 @@ from slaguard.audit.lines_legacy import (
     LEGACY_RAW_DECISION_TAG,
     base64_blob,
     legacy_arrays,
+    one_blob_decision,
 )
 from slaguard.audit.models import utc_from_unix
 from slaguard.audit.records import DecisionRecord
@@ -111,13 +112,17 @@ def _decision_row(body: bytes, check_explanation: bool) -> tuple[Any, ...]:
 
 
 def _raw_decision_row(
-    body: bytes, fleets: Mapping[str, FleetLabels], unpack: Callable[[bytes], bytes]
+    body: bytes,
+    fleets: Mapping[str, FleetLabels],
+    unpack: Callable[[bytes], bytes],
+    decode: Callable[[bytes], RawDecision] = _decode_raw,
 ) -> tuple[Any, ...]:
-    """A `B` line (`unpack` = `unescape_blob`) or an `R` line (`base64_blob`)."""
+    """A `B` line (`unpack` = `unescape_blob`), an `R` line (`base64_blob`) or an `X[`
+    line (`base64_blob`, `decode` = `one_blob_decision`)."""
     head, sep, blob = body.rstrip(b"\n").partition(EXPLANATION_SEPARATOR)
     if not sep:
         raise ValueError("decision line without an explanation")
-    r = _decode_raw(head)
+    r = decode(head)
     return _row(r, _render(r.fleet, r.policy, raw_arrays(r, unpack(blob)), fleets))
 
 
@@ -173,6 +178,9 @@ def decode_lines(
                 batch.decision_rows.append(_raw_decision_row(body, known, unescape_blob))
             elif tag == BASE64_RAW_DECISION_TAG:
                 batch.decision_rows.append(_raw_decision_row(body, known, base64_blob))
+            elif tag == LEGACY_RAW_DECISION_TAG and body.startswith(b"["):
+                row = _raw_decision_row(body, known, base64_blob, one_blob_decision)
+                batch.decision_rows.append(row)
             elif tag == LEGACY_RAW_DECISION_TAG:
                 batch.decision_rows.append(_legacy_decision_row(body, known))
             elif tag == OUTCOME_TAG:

@@ -3,10 +3,14 @@
 A spill journal can outlive an upgrade (the database was down, the drain timed out, the
 process was killed): its acknowledged records must still reach the database.
 
-- `X` (before 2026-11-29): the explanation's arrays as six `RawArray` structs (dtype,
+- `X{` (2026-11-29, to 19:22): the explanation's arrays as six `RawArray` structs (dtype,
   shape, base64 bytes) after the decision header as a JSON object.
-- `R` (2026-11-29): `lines.RAW_DECISION_TAG`'s JSON array and array layout, the arrays'
-  bytes base64-encoded instead of escaped (`base64_blob` reads them).
+- `X[` (2026-11-29, 19:53-20:38): `R`'s JSON array with one more count, `n_groups` (the
+  length of `v_used_gb` and `limit_gb`, always the candidates'), and its base64 blob.
+- `R` (2026-11-29, from 20:44): `lines.RAW_DECISION_TAG`'s JSON array and array layout,
+  the arrays' bytes base64-encoded instead of escaped (`base64_blob` reads them).
+
+`tests/fixtures/journal_formats.json` holds lines each of these versions wrote.
 """
 
 from __future__ import annotations
@@ -17,10 +21,42 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from slaguard.audit.lines import DecisionHeader, RawDecision
 from slaguard.scheduler.explain import ExplanationArrays
 
 LEGACY_RAW_DECISION_TAG = b"X"
 BASE64_RAW_DECISION_TAG = b"R"
+
+
+class OneBlobRawDecision(DecisionHeader, array_like=True):
+    """An `X[` line's JSON array: `RawDecision`'s fields with `n_groups`."""
+
+    fleet: str
+    policy: str
+    explanation_weights_version: str
+    n_candidates: int
+    n_components: int
+    has_scores: bool
+    n_groups: int
+    v_peak_gb: float
+    weights: tuple[float, ...]
+    prefiltered_out: int
+    chosen: int | None
+    notes: list[str]
+    spill: dict[str, Any] | None
+    degraded_from: str | None
+
+
+_decode_one_blob = msgspec.json.Decoder(OneBlobRawDecision).decode
+
+
+def one_blob_decision(head: bytes) -> RawDecision:
+    """An `X[` line's JSON array as today's `RawDecision` (its blob is an `R` line's)."""
+    old = _decode_one_blob(head)
+    if old.n_groups != old.n_candidates:
+        raise ValueError(f"n_groups {old.n_groups} != n_candidates {old.n_candidates}")
+    fields = {f: getattr(old, f) for f in RawDecision.__struct_fields__}
+    return RawDecision(**fields)
 
 
 def base64_blob(blob: bytes) -> bytes:

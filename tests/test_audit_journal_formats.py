@@ -1,0 +1,66 @@
+"""Journals left by earlier versions replay exactly once after an upgrade.
+
+`fixtures/journal_formats.json` holds, per commit, the lines that commit's own
+`JournalEncoder` wrote for four scheduler decisions and their outcomes, and the rows its
+own decoder made of them (explanations rendered by that version)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+
+from slaguard.audit.lines_decode import decode_lines
+from slaguard.audit.spill import SEGMENT_SUFFIX
+from slaguard.audit.writer import AuditWriter
+
+FORMATS: dict[str, dict[str, Any]] = json.loads(
+    (Path(__file__).parent / "fixtures" / "journal_formats.json").read_text()
+)
+
+
+def _lines(commit: str) -> list[bytes]:
+    return [line.encode("latin-1") for line in FORMATS[commit]["lines"]]
+
+
+def test_the_fixture_covers_every_raw_line_format() -> None:
+    assert {f["tag"] for f in FORMATS.values()} == {"X{", "X[", "R[", "B["}
+
+
+@pytest.mark.parametrize("commit", sorted(FORMATS))
+def test_each_earlier_format_decodes_to_what_its_own_version_stored(commit: str) -> None:
+    batch = decode_lines(_lines(commit), True, {})
+    assert batch.unreadable == 0
+    expected = FORMATS[commit]["decision_rows"]
+    assert len(batch.decision_rows) == len(expected) == 4
+    for row, old in zip(batch.decision_rows, expected, strict=True):
+        assert json.loads(row[12]) == old[12]
+        assert [str(v) for i, v in enumerate(row) if i != 12] == [
+            str(v) for i, v in enumerate(old) if i != 12
+        ]
+    assert len(batch.outcome_rows) == 4
+
+
+@pytest.mark.parametrize("commit", sorted(FORMATS))
+def test_a_journal_left_by_an_earlier_version_replays_once(
+    commit: str, audit_engine: Engine, tmp_path: Path
+) -> None:
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    lines = _lines(commit)
+    (spill / f"{0:020d}{SEGMENT_SUFFIX}").write_bytes(b"".join(lines))
+    with AuditWriter(audit_engine, spill) as writer:
+        assert writer.wait_flushed(30), writer.stats()
+        stats = writer.stats()
+    assert stats.torn_records == 0
+    assert stats.records_flushed == len(lines) - 1  # the fleet line is a header
+    cast = "explanation::text" if audit_engine.dialect.name == "postgresql" else "explanation"
+    with audit_engine.connect() as conn:
+        stored = dict(conn.execute(text(f"SELECT request_id, {cast} FROM decisions")).all())
+        outcomes = conn.execute(text("SELECT count(*) FROM outcomes")).scalar_one()
+    expected = {row[0]: row[12] for row in FORMATS[commit]["decision_rows"]}
+    assert {rid: json.loads(e) for rid, e in stored.items()} == expected
+    assert outcomes == 4
