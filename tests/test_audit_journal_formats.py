@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from slaguard.audit.lines_decode import decode_lines
-from slaguard.audit.spill import SEGMENT_SUFFIX
+from slaguard.audit.spill import QUARANTINE_FILE, SEGMENT_SUFFIX
 from slaguard.audit.writer import AuditWriter
 
 FORMATS: dict[str, dict[str, Any]] = json.loads(
@@ -64,3 +64,25 @@ def test_a_journal_left_by_an_earlier_version_replays_once(
     expected = {row[0]: row[12] for row in FORMATS[commit]["decision_rows"]}
     assert {rid: json.loads(e) for rid, e in stored.items()} == expected
     assert outcomes == 4
+
+
+def test_lines_no_version_can_read_are_counted_and_kept_aside(
+    audit_engine: Engine, tmp_path: Path
+) -> None:
+    """They were skipped with an ERROR line each and deleted with their segment: the loss
+    reached no counter, and nothing was left to recover from."""
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    good = _lines("37952cf")
+    bad = [b"Q{'a future format'}\n", b"B[not json\x02\n"]
+    (spill / f"{0:020d}{SEGMENT_SUFFIX}").write_bytes(b"".join(good[:3] + bad + good[3:]))
+    lost: list[int] = []
+    with AuditWriter(audit_engine, spill, on_records_lost=lost.append) as writer:
+        assert writer.wait_flushed(30), writer.stats()
+        assert writer.stats().torn_records == 2
+    assert sum(lost) == 2
+    # kept after the fleet line they may need, so the file replays as a segment
+    assert (spill / QUARANTINE_FILE).read_bytes() == b"".join(good[:1] + bad)
+    assert not list(spill.glob(f"*{SEGMENT_SUFFIX}"))  # replayed: the segment is gone
+    with audit_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM decisions")).scalar_one() == 4

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from slaguard.audit.service import UnknownRequestError, explain
+from slaguard.audit.spill import SEGMENT_SUFFIX
 from slaguard.fleet import Priority
 from slaguard.service.app import create_app
 from slaguard.service.bootstrap import Service, build_service
@@ -371,4 +372,23 @@ def test_a_locked_sqlite_file_delays_readiness_instead_of_failing_the_start(
         assert service.runtime.ready_problem is None
     finally:
         holder.close()
+        service.close()
+
+
+def test_journal_records_the_writer_cannot_read_reach_the_metrics_and_status(
+    tmp_path: Path,
+) -> None:
+    """Only the log said so: no series, nothing in `/v1/status`, so no alert could fire."""
+    spill = tmp_path / "audit.db.spill"
+    spill.mkdir()
+    (spill / f"{0:020d}{SEGMENT_SUFFIX}").write_bytes(b"Q{'a future format'}\n")
+    service = _service(tmp_path, Clock(time.time()))
+    try:
+        rt = service.runtime
+        assert rt.writer is not None and rt.writer.wait_flushed(30)
+        value = rt.metrics.registry.get_sample_value("slaguard_audit_records_unreadable_total")
+        assert value == 1
+        audit = rt.status()["audit"]
+        assert isinstance(audit, dict) and audit["unreadable"] == 1
+    finally:
         service.close()

@@ -98,6 +98,8 @@ class DecodedBatch:
     decision_rows: list[tuple[Any, ...]] = field(default_factory=list)
     outcome_rows: list[tuple[Any, ...]] = field(default_factory=list)
     unreadable: int = 0
+    rejected: list[bytes] = field(default_factory=list)
+    """The unreadable lines themselves (the writer keeps them aside, see `QUARANTINE_FILE`)."""
     headers: int = 0
     """Fleet lines read (segment headers, not records)."""
 
@@ -194,6 +196,7 @@ def decode_lines(
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError, IndexError) as exc:
             log.error("audit journal: skipping an unreadable record (%s)", exc)
             batch.unreadable += 1
+            batch.rejected.append(line)
     return batch
 
 

@@ -30,6 +30,9 @@ from pathlib import Path
 
 SEGMENT_SUFFIX = ".journal"
 LOCK_FILE = "LOCK"
+QUARANTINE_FILE = "unreadable.lines"
+"""Journal lines the writer could not decode, appended as they were: kept for recovery
+(a downgrade, a bug report) when their segment is deleted. Not a segment: never replayed."""
 READ_CHUNK_BYTES = 1 << 20
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from slaguard.audit.engine import create_audit_engine, default_spill_dir, error_
 from slaguard.audit.lines import FLEET_TAG, JournalEncoder
 from slaguard.audit.migrate import require_current_schema, upgrade
 from slaguard.audit.records import AuditRecord
-from slaguard.audit.spill import SpillJournal
+from slaguard.audit.spill import QUARANTINE_FILE, SpillJournal
 from slaguard.audit.writer_process import BatchDone, ChildConfig, Report, WriteFailed
 from slaguard.scheduler.explain import Explanation
 
@@ -87,7 +87,8 @@ class WriterStats:
     refused: int
     """enqueue() calls refused because the spill limit was reached."""
     torn_records: int
-    """Partial or unreadable journal lines skipped (only after disk damage)."""
+    """Partial or unreadable journal lines skipped (a crash mid-write, disk damage, a
+    format this version cannot read): acknowledged records that are lost."""
     process_restarts: int
     """Times the writer process died and was started again."""
     last_error: str | None
@@ -104,12 +105,14 @@ class AuditWriter:
         *,
         on_rows_written: Callable[[int], None] | None = None,
         on_write_error: Callable[[str], None] | None = None,
+        on_records_lost: Callable[[int], None] | None = None,
     ) -> None:
         self.engine = engine
         self.spill_dir = Path(spill_dir)
         self.settings = settings or WriterSettings()
         self._on_rows_written = on_rows_written
         self._on_write_error = on_write_error
+        self._on_records_lost = on_records_lost
         self._journal = SpillJournal(Path(spill_dir), self.settings.segment_bytes, FLEET_TAG)
         self._encoder = JournalEncoder()
         self._lock = self._journal.lock
@@ -355,6 +358,13 @@ class AuditWriter:
             self._torn += report.torn + report.unreadable
         if report.failures:
             log.info("audit writer: database back after %d failed attempts", report.failures)
+        if lost := report.torn + report.unreadable:
+            log.warning(
+                "audit writer: %d journal records are not in the audit database: %d torn "
+                "(cut short by a crash), %d unreadable (kept in %s; the errors above say why)",
+                lost, report.torn, report.unreadable, self._journal.directory / QUARANTINE_FILE,
+            )  # fmt: skip
+            _notify(self._on_records_lost, lost)
         _notify(self._on_rows_written, report.inserted)
         return True
 

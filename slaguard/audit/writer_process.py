@@ -33,7 +33,7 @@ from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.lines import FLEET_TAG, FleetLabels
 from slaguard.audit.lines_decode import decode_lines
 from slaguard.audit.sink import is_unreachable, write_batch
-from slaguard.audit.spill import read_journal, segment_files
+from slaguard.audit.spill import QUARANTINE_FILE, read_journal, segment_files
 
 log = logging.getLogger(__name__)
 CONTROL_FD = 0
@@ -106,6 +106,8 @@ class _Child:
             cfg.url, statement_timeout_s=cfg.statement_timeout_s
         )
         self.fleets: dict[str, FleetLabels] = {}
+        self.fleet_lines: dict[bytes, bool] = {}
+        """Every fleet line read, and whether the quarantine file holds it already."""
         self.lsn = cfg.start_lsn
 
     def send(self, report: Report) -> None:
@@ -117,7 +119,14 @@ class _Child:
         if not starts or starts[-1] == self.lsn:
             return
         head = read_journal(self.spill, starts[-1], 1 << 62, self.cfg.live_from, self.lsn)
-        decode_lines([line for line in head.lines if line.startswith(FLEET_TAG)], True, self.fleets)
+        fleet_lines = [line for line in head.lines if line.startswith(FLEET_TAG)]
+        self.note_fleet_lines(fleet_lines)
+        decode_lines(fleet_lines, True, self.fleets)
+
+    def note_fleet_lines(self, lines: list[bytes]) -> None:
+        for line in lines:
+            if line.startswith(FLEET_TAG):
+                self.fleet_lines.setdefault(line, False)
 
     def run(self) -> None:
         self.load_headers()
@@ -141,6 +150,24 @@ class _Child:
                 )
             )  # fmt: skip
 
+    def quarantine(self, lines: list[bytes]) -> None:
+        """Append unreadable lines to `QUARANTINE_FILE` (fsync'd) before their segment may
+        be deleted, after the fleet lines they may need, so the file replays as a segment
+        under a version that reads them; a failure is logged, the batch goes on."""
+        if not lines:
+            return
+        path = self.spill / QUARANTINE_FILE
+        headers = [line for line, kept in self.fleet_lines.items() if not kept]
+        try:
+            with path.open("ab") as f:
+                f.write(b"".join(headers + lines))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            log.error("could not keep %d unreadable journal lines in %s: %s", len(lines), path, exc)
+            return
+        self.fleet_lines.update(dict.fromkeys(headers, True))
+
     def write(self, lines: list[bytes]) -> tuple[int, int, int, int] | None:
         """(inserted, unreadable, failed attempts, fleet header lines), retrying with
         capped backoff; None when the parent went away meanwhile. A batch the server
@@ -150,10 +177,12 @@ class _Child:
         failures = 0
         strict = False
         batch = decode_lines(lines, strict, self.fleets)
+        self.note_fleet_lines(lines)
         while True:
             try:
                 with self.engine.begin() as conn:
                     inserted = write_batch(conn, batch, self.cfg.copy_min_rows)
+                self.quarantine(batch.rejected)
                 return inserted, batch.unreadable, failures, batch.headers
             except Exception as exc:
                 failures += 1

@@ -116,6 +116,7 @@ def build_service(
         config.spill_dir or default_spill_dir(engine.url),
         on_rows_written=metrics.count_audit_rows,
         on_write_error=lambda _detail: metrics.count_audit_write_error(),
+        on_records_lost=metrics.count_audit_unreadable,
     )
     r = config.rollout
     name = replica_id or default_replica_id()

@@ -338,6 +338,7 @@ class ServiceRuntime:
                 "rows_written": writer.rows_written,
                 "write_errors": writer.write_errors,
                 "refused": writer.refused,
+                "unreadable": writer.torn_records,
                 "last_error": writer.last_error,
             },
             "stale_after_s": self.config.telemetry.stale_after_s,

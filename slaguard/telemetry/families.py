@@ -253,6 +253,11 @@ class MetricFamilies:
             "Audit records refused because the spill journal was full: decisions not audited.",
             registry=r,
         )
+        self.audit_unreadable = Counter(
+            "slaguard_audit_records_unreadable_total",
+            "Journalled audit records skipped as torn or unreadable: acknowledged, never stored.",
+            registry=r,
+        )
         self.job_runs = Counter(
             "slaguard_scheduler_job_runs_total",
             "Scheduler job runs that started.",

@@ -232,6 +232,11 @@ class SlaguardMetrics(MetricFamilies):
         """Records the writer refused (spill journal full): decisions that go unaudited."""
         self.audit_refused.inc(records)
 
+    def count_audit_unreadable(self, records: int) -> None:
+        """Journal records the writer could not read back (torn by a crash, damaged, or of
+        an unknown format): acknowledged decisions the database will never hold."""
+        self.audit_unreadable.inc(records)
+
     def observe_job(self, job: str, duration_s: float, *, failed: bool = False) -> None:
         """One scheduler job run (APScheduler does not count these itself)."""
         job = JOBS.clean(job)
