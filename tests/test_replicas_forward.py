@@ -181,3 +181,46 @@ def test_a_batch_from_a_replica_without_first_tokens_still_reads() -> None:
     samples, arrivals = decode_batch(old, 1001.0, "new")
     assert samples == [GuardSample(999.5, "t", "h100", "m", True, 2.5, 0.2, prompt_tokens=300)]
     assert arrivals == [] and not samples[0].ttft_observed  # type: ignore[union-attr]
+
+
+def _leader_of_2026_11_29_evening(text: str) -> tuple[int, int, int]:
+    """What a leader of the 2026-11-29 evening reads of a batch (its `decode_batch`): `s`
+    rows unpacked into exactly 12 fields, `a`; any error drops the whole batch.
+    (samples, of them with a TTFT, arrivals)."""
+    body = json.loads(text)
+    try:
+        rows = [tuple(row) for row in body["s"]]
+        for row in rows:
+            _at, _t, _c, _m, _met, _d, _ttft, _arm, _v, _dep, _p, _tokens = row
+    except ValueError:
+        return 0, 0, 0
+    return len(rows), sum(row[6] is not None for row in rows), len(body["a"])
+
+
+def test_an_earlier_leader_reads_every_sample_and_counts_each_ttft_once() -> None:
+    """Rows of 13 fields made an earlier leader drop whole batches (arrivals included)
+    while replicas were upgraded one by one."""
+    samples = [
+        GuardSample(
+            1000.0 + i, f"t{i % 3}", "h100", MODEL, True, 2.5, 0.2, ttft_observed=i % 2 == 1
+        )
+        for i in range(400)
+    ]
+    firsts = [FirstToken(999.0 + i, f"t{i % 3}", "h100", MODEL, 0.2, 40) for i in range(1, 400, 2)]
+    arrivals = [(1000.0 + i, None) for i in range(300)]
+    batches = list(encode_batches("new", 1001.0, samples + firsts, arrivals, max_bytes=2000))
+    assert len(batches) > 10
+    read = [_leader_of_2026_11_29_evening(text) for text in batches]
+    assert sum(r[0] for r in read) == 400 and sum(r[2] for r in read) == 300
+    assert sum(r[1] for r in read) == 400  # each TTFT once: from `s`, `f` is not read
+    got = [s for text in batches for s in decode_batch(text, 1002.0, "old")[0]]
+    assert [s for s in got if isinstance(s, GuardSample)] == samples  # flags kept
+    assert [s for s in got if isinstance(s, FirstToken)] == firsts
+
+
+def test_a_batch_with_13_field_samples_still_reads() -> None:
+    """Replicas of 2026-11-29 21:52 - 2026-11-30 09:00 sent `ttft_observed` as a 13th field."""
+    row = '[999.5,"t","h100","m",1,2.5,0.2,null,"",null,null,300,1]'
+    text = '{"r":"old","at":1000.0,"s":[' + row + '],"f":[],"a":[]}'
+    samples, _ = decode_batch(text, 1001.0, "new")
+    assert samples[0].ttft_observed  # type: ignore[union-attr]

@@ -45,11 +45,11 @@ def _sample_row(s: GuardSample) -> list[object]:
         round(s.at_s, 4), s.target_id, s.card_type, s.model_id, int(s.sla_met),
         s.deadline_s, None if s.ttft_s is None else round(s.ttft_s, 5),
         None if s.arm is None else s.arm.value, s.model_version, s.model_deployed_at_s,
-        s.prefix_id, s.prompt_tokens, int(s.ttft_observed),
+        s.prefix_id, s.prompt_tokens,
     ]  # fmt: skip
 
 
-def _sample(row: list[object]) -> GuardSample:
+def _sample(row: list[object], ttft_observed: bool) -> GuardSample:
     at, target, card, model, met, deadline, ttft, arm, version, deployed, prefix, tokens = row[:12]
     return GuardSample(
         at_s=float(at),  # type: ignore[arg-type]
@@ -64,7 +64,7 @@ def _sample(row: list[object]) -> GuardSample:
         model_deployed_at_s=None if deployed is None else float(deployed),  # type: ignore[arg-type]
         prefix_id=None if prefix is None else str(prefix),
         prompt_tokens=None if tokens is None else int(tokens),  # type: ignore[call-overload]
-        ttft_observed=len(row) > 12 and bool(row[12]),
+        ttft_observed=ttft_observed or (len(row) > 12 and bool(row[12])),
     )
 
 
@@ -87,8 +87,12 @@ def _first(row: list[object]) -> FirstToken:
     )
 
 
-_KEYS = ("s", "f", "a")
-"""Batch lists: finished requests, first tokens, arrivals."""
+_KEYS = ("s", "o", "f", "a")
+"""Batch lists: finished requests (12 columns: what every version reads), the indices in
+`s` of those whose TTFT came as a first token already, first tokens, arrivals. A leader
+of an earlier version reads `s` and `a` and ignores the rest, so it counts each TTFT once,
+from `s`; a 13th column (`ttft_observed`, written from 2026-11-29 21:52 to 2026-11-30 09:00,
+still read) made it drop whole batches."""
 
 
 def encode_batches(
@@ -103,19 +107,25 @@ def encode_batches(
     head = json.dumps({"r": replica_id, "at": at_s}, separators=(",", ":"))[:-1]
     empty = len(_batch(head, {k: [] for k in _KEYS}).encode())
     rows: dict[str, list[str]] = {k: [] for k in _KEYS}
-    items: list[tuple[str, list[object]]] = [
-        ("f", _first_row(s)) if isinstance(s, FirstToken) else ("s", _sample_row(s))
+    items: list[tuple[str, list[object], bool]] = [
+        ("f", _first_row(s), False)
+        if isinstance(s, FirstToken)
+        else ("s", _sample_row(s), s.ttft_observed)
         for s in samples
     ]
-    items += [("a", [round(at, 4), prefix]) for at, prefix in arrivals]
+    items += [("a", [round(at, 4), prefix], False) for at, prefix in arrivals]
     size = empty
-    for key, row in items:
+    for key, row, observed in items:
         text = json.dumps(row, separators=(",", ":"))
-        cost = len(text.encode()) + 1
+        index = str(len(rows["s"]))
+        cost = len(text.encode()) + 1 + (len(index) + 1 if observed else 0)
         if size + cost > max_bytes and any(rows.values()):
             yield _batch(head, rows)
             rows = {k: [] for k in _KEYS}
             size = empty
+            index = "0"
+        if observed:
+            rows["o"].append(index)
         rows[key].append(text)
         size += cost
     if any(rows.values()):
@@ -137,7 +147,10 @@ def decode_batch(
         body = json.loads(text)
         if body["r"] == own_id or now_s - float(body["at"]) > MAX_AGE_S:
             return [], []
-        samples: list[GuardSample | FirstToken] = [_sample(row) for row in body["s"]]
+        observed = set(body.get("o", ()))
+        samples: list[GuardSample | FirstToken] = [
+            _sample(row, i in observed) for i, row in enumerate(body["s"])
+        ]
         samples += [_first(row) for row in body.get("f", ())]
         arrivals = [(float(at), None if p is None else str(p)) for at, p in body["a"]]
     except (ValueError, KeyError, TypeError, AttributeError):
