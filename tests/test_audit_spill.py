@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,30 @@ def test_a_failed_write_leaves_the_header_to_the_next_append(
     journal.append(b"D second\n", header)
     assert segments(tmp_path)[-1].read_bytes() == b"F k\nD second\n"
     journal.close()
+
+
+def test_a_segment_that_cannot_be_opened_leaves_other_descriptors_alone(
+    tmp_path: Path,
+) -> None:
+    """A failed rotation queued the old segment's descriptor once per later append, so
+    `sync()` closed it again and again: EBADF, then whatever file reused the number."""
+    journal = SpillJournal(tmp_path, segment_bytes=1000)
+    line = b"x" * 99 + b"\n"
+    for _ in range(10):
+        journal.append(line)
+    blocker = tmp_path / f"{journal.end_lsn:020d}{SEGMENT_SUFFIX}"
+    blocker.mkdir()  # the next segment cannot be created (as on a read-only directory)
+    for _ in range(3):
+        with pytest.raises(OSError):
+            journal.append(line)
+    journal.sync()
+    victim = os.open(tmp_path / "victim", os.O_WRONLY | os.O_CREAT)
+    try:
+        blocker.rmdir()
+        journal.append(line)
+        journal.sync()
+        assert os.write(victim, b"still mine") == 10
+    finally:
+        os.close(victim)
+    journal.close()
+    assert len(read_journal(tmp_path, 0, 100, 1 << 62).lines) == 11

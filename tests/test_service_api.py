@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from sqlalchemy import text
 
 from slaguard.audit.service import UnknownRequestError, explain
 from slaguard.audit.spill import SEGMENT_SUFFIX
@@ -392,3 +393,42 @@ def test_journal_records_the_writer_cannot_read_reach_the_metrics_and_status(
         assert isinstance(audit, dict) and audit["unreadable"] == 1
     finally:
         service.close()
+
+
+def test_a_journal_that_cannot_be_written_refuses_records_and_routing_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every route and feedback was a 500 with a traceback (80,000 log lines in 20 s), the
+    refusals reached no counter, and feedback that failed was then called a duplicate."""
+    service = _service(tmp_path, Clock(time.time()))
+    try:
+        rt = service.runtime
+        assert rt.writer is not None
+        journal = rt.writer._journal  # block its next segment, as a read-only directory does
+        journal.segment_bytes = 1
+        first = rt.decide(_request(rt, "before"))
+        blocker = journal.directory / f"{journal.end_lsn:020d}{SEGMENT_SUFFIX}"
+        blocker.mkdir()
+        routed = [rt.decide(_request(rt, f"blocked-{i}")) for i in range(5)]
+        assert all(r.entry.target_index is not None for r in routed)  # routing goes on
+        done = rt.finish(routed[0].entry, "ok", ttft_s=0.1, tpot_s=0.01, e2e_s=0.5)
+        assert done.recorded and not done.duplicate
+        refused = rt.metrics.registry.get_sample_value("slaguard_audit_records_refused_total")
+        assert refused == 6 and rt.writer.stats().refused == 6
+        assert str(journal.directory) in (rt.writer.stats().last_error or "")
+        assert len([r for r in caplog.records if "not audited" in r.getMessage()]) == 1
+        blocker.rmdir()
+        after = rt.decide(_request(rt, "after"))
+        assert rt.writer.wait_flushed(30)
+        with rt.engine.connect() as conn:
+            ids = set(conn.execute(text("SELECT request_id FROM decisions")).scalars())
+        assert ids == {first.entry.decision_id, after.entry.decision_id}
+    finally:
+        service.close()
+
+
+def _request(rt: Any, request_id: str) -> Any:
+    return rt.request(
+        model="llama3.1-8b", prompt_tokens=10, max_new_tokens=5, priority=Priority.NORMAL,
+        deadline_s=None, request_id=request_id, prefix_id=None,
+    )  # fmt: skip

@@ -25,8 +25,10 @@ import fcntl
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 SEGMENT_SUFFIX = ".journal"
 LOCK_FILE = "LOCK"
@@ -36,6 +38,7 @@ QUARANTINE_FILE = "unreadable.lines"
 READ_CHUNK_BYTES = 1 << 20
 
 log = logging.getLogger(__name__)
+_A = TypeVar("_A")
 
 
 class SpillInUseError(RuntimeError):
@@ -146,11 +149,12 @@ class SpillJournal:
     def _open_segment(self) -> tuple[_Segment, int]:
         if self._closed:
             raise RuntimeError("spill journal is closed")
-        if self._active_fd is not None:
-            self._rotated_fds.append(self._active_fd)
         path = self.directory / f"{self.end_lsn:020d}{SEGMENT_SUFFIX}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
-        fd = self._active_fd = os.open(path, flags, 0o644)
+        fd = os.open(path, flags, 0o644)  # raising here leaves every descriptor as it was
+        if self._active_fd is not None:
+            self._rotated_fds.append(self._active_fd)
+        self._active_fd = fd
         segment = self._active = _Segment(self.end_lsn, path, 0)
         self._segments.append(segment)
         self._headers.clear()
@@ -165,16 +169,15 @@ class SpillJournal:
                 fds.append(self._active_fd)
             to_close, self._rotated_fds = self._rotated_fds, []
             dir_dirty, self._dir_dirty, self._dirty = self._dir_dirty, False, False
+        errors: list[OSError] = []
         for fd in fds:
-            os.fsync(fd)
+            _attempt(errors, os.fsync, fd)
         if dir_dirty:
-            dir_fd = os.open(self.directory, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            _attempt(errors, _fsync_directory, self.directory)
         for fd in to_close:
-            os.close(fd)
+            _attempt(errors, os.close, fd)  # each rotated descriptor is closed exactly once
+        if errors:
+            raise errors[0]
 
     def commit(self, lsn: int) -> None:
         """The database holds everything before `lsn`: forget (delete) covered segments
@@ -219,6 +222,21 @@ def segment_files(directory: Path) -> list[tuple[int, Path, int]]:
         found.append((int(path.name.removesuffix(SEGMENT_SUFFIX)), path, size))
     found.sort()
     return found
+
+
+def _attempt(errors: list[OSError], call: Callable[[_A], object], arg: _A) -> None:
+    try:
+        call(arg)
+    except OSError as exc:
+        errors.append(exc)
+
+
+def _fsync_directory(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def read_journal(

@@ -45,10 +45,17 @@ _decode_report = msgspec.json.Decoder(Report).decode
 STOP_GRACE_S = 2.0  # how long a child inside a database call may take to exit on close
 
 
-class SpillFullError(RuntimeError):
-    """enqueue() refused a record: the spill journal reached `max_spill_bytes`.
+class RecordRefusedError(RuntimeError):
+    """enqueue() refused a record: it is NOT acknowledged; the caller decides (count it,
+    shed load). Counted in `WriterStats.refused`."""
 
-    The record is NOT acknowledged; the caller decides (count it, shed load)."""
+
+class SpillFullError(RecordRefusedError):
+    """The spill journal reached `max_spill_bytes`."""
+
+
+class JournalWriteError(RecordRefusedError):
+    """The spill journal could not be written (disk full, directory read-only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +168,12 @@ class AuditWriter:
                     f"audit spill journal holds {journal.pending_bytes} bytes "
                     f"(limit {limit}); database {shown_url(self.engine.url)} unreachable?"
                 )
-            journal.append_held(line, header)
+            try:
+                journal.append_held(line, header)
+            except OSError as exc:
+                self._refused += 1
+                self._last_error = f"audit spill journal in {journal.directory}: {exc}"
+                raise JournalWriteError(self._last_error) from exc
             self._backlog += 1
 
     def stats(self) -> WriterStats:

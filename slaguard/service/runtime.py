@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 
 from slaguard.audit.from_scheduler import decision_head
 from slaguard.audit.records import OutcomeRecord, RequestStatus
-from slaguard.audit.writer import AuditWriter, SpillFullError
+from slaguard.audit.writer import AuditWriter, RecordRefusedError, SpillFullError
 from slaguard.failure_log import FailureLog
 from slaguard.fleet import Fleet, Priority, Request
 from slaguard.guard.samples import FirstToken, GuardSample
@@ -200,15 +200,18 @@ class ServiceRuntime:
                 served_by=target,
             )
             self.writer.enqueue_decision(head, d.explanation)
-        except SpillFullError:
-            self._refused()
+        except RecordRefusedError as exc:
+            self._refused(exc)
 
-    def _refused(self) -> None:
-        """A record the full spill journal refused: counted (the SlaguardAuditRecordsRefused
-        page), logged once and then once a minute, not once per request."""
+    def _refused(self, exc: RecordRefusedError) -> None:
+        """A record the spill journal refused (full, or not writable): counted (the
+        SlaguardAuditRecordsRefused page), logged once and then once a minute, not once
+        per request; the request itself is answered."""
         self.audit_refused += 1
         self.metrics.count_audit_refused()
-        self._refusals.failed("not audited: the audit spill journal is full", self.clock())
+        full = isinstance(exc, SpillFullError)  # its text counts bytes: one line, not many
+        reason = "the audit spill journal is full" if full else str(exc)
+        self._refusals.failed(f"not audited: {reason}", self.clock())
 
     def first_token(self, entry: Pending, ttft_s: float) -> bool:
         """The answer's first token (seen by the gateway, or reported with
@@ -258,8 +261,8 @@ class ServiceRuntime:
                 self.writer.enqueue(
                     OutcomeRecord(entry.decision_id, now, ttft_s, tpot_s, e2e_s, status, met)
                 )
-            except SpillFullError:
-                self._refused()
+            except RecordRefusedError as exc:
+                self._refused(exc)
         if entry.target_index is None:
             return Finished(True, False, met)
         target = self.fleet.targets[entry.target_index]
