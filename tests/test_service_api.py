@@ -23,6 +23,7 @@ from sqlalchemy import text
 from slaguard.audit.service import UnknownRequestError, explain
 from slaguard.audit.spill import SEGMENT_SUFFIX
 from slaguard.fleet import Priority
+from slaguard.scheduler.state import QUEUE
 from slaguard.service.app import create_app
 from slaguard.service.bootstrap import Service, build_service
 from slaguard.service.config import load_config
@@ -432,3 +433,18 @@ def _request(rt: Any, request_id: str) -> Any:
         model="llama3.1-8b", prompt_tokens=10, max_new_tokens=5, priority=Priority.NORMAL,
         deadline_s=None, request_id=request_id, prefix_id=None,
     )  # fmt: skip
+
+
+def test_a_decision_evicted_without_feedback_leaves_its_targets_queue(tmp_path: Path) -> None:
+    """Its +1 stayed in the queue depth for the life of the process: 300 routes without
+    feedback held 300 requests queued with only 100 remembered (scraping off)."""
+    service = _service(tmp_path, Clock(time.time()), max_pending_decisions=100)
+    try:
+        rt = service.runtime
+        for i in range(300):
+            rt.decide(_request(rt, f"lost-{i}"))
+        assert len(rt.pending) == 100
+        queued = float(rt.scheduler.state.rows[:, QUEUE].sum())
+        assert queued == 100.0
+    finally:
+        service.close()

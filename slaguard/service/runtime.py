@@ -181,7 +181,11 @@ class ServiceRuntime:
             self.record_decision(routed, latency)
         self.pending[request.request_id] = entry
         if len(self.pending) > self.config.max_pending_decisions:
-            self.pending.popitem(last=False)
+            _, evicted = self.pending.popitem(last=False)
+            if not evicted.done and evicted.target_index is not None:
+                # its outcome may still come (from the database), but the request no longer
+                # counts in its target's queue: a lost feedback must not hold it for ever
+                self.scheduler.state.add_queue(evicted.target_index, -1)
         return routed
 
     def record_decision(self, routed: Routed, latency_s: float) -> None:
