@@ -26,7 +26,8 @@ from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
 from slaguard.audit.sample import synthetic_run
 from slaguard.audit.spill import SEGMENT_SUFFIX
-from slaguard.audit.writer import AuditWriter, WriterSettings
+from slaguard.audit.writer import AuditWriter
+from slaguard.audit.writer_settings import WriterSettings
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,8 @@ from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
 from slaguard.audit.models import Decision
 from slaguard.audit.sample import synthetic_run
-from slaguard.audit.writer import AuditWriter, WriterSettings
+from slaguard.audit.writer import AuditWriter
+from slaguard.audit.writer_settings import WriterSettings
 
 N = 3000
 RUN = synthetic_run(N, seed=5)

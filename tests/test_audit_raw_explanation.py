@@ -28,7 +28,8 @@ from slaguard.audit.lines_decode import decode_lines
 from slaguard.audit.lines_legacy import RawArray, RawExplanation
 from slaguard.audit.records import DecisionRecord
 from slaguard.audit.spill import SEGMENT_SUFFIX
-from slaguard.audit.writer import AuditWriter, WriterSettings
+from slaguard.audit.writer import AuditWriter
+from slaguard.audit.writer_settings import WriterSettings
 from slaguard.fleet import Priority, load_fleet
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.explain import Decision, Outcome

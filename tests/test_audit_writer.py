@@ -17,7 +17,8 @@ from slaguard.audit.models import Decision, Outcome
 from slaguard.audit.records import DecisionRecord, OutcomeRecord
 from slaguard.audit.sample import synthetic_run
 from slaguard.audit.spill import SEGMENT_SUFFIX
-from slaguard.audit.writer import AuditWriter, SpillFullError, WriterSettings, open_writer
+from slaguard.audit.writer import AuditWriter, open_writer
+from slaguard.audit.writer_settings import SpillFullError, WriterSettings
 
 RUN = synthetic_run(600, seed=11)
 UNREACHABLE_PG = "postgresql+psycopg://postgres@127.0.0.1:1/nowhere"

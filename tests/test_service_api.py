@@ -20,6 +20,8 @@ import pytest
 import yaml
 from sqlalchemy import text
 
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.migrate import upgrade
 from slaguard.audit.service import UnknownRequestError, explain
 from slaguard.audit.spill import SEGMENT_SUFFIX
 from slaguard.fleet import Priority
@@ -446,5 +448,34 @@ def test_a_decision_evicted_without_feedback_leaves_its_targets_queue(tmp_path: 
         assert len(rt.pending) == 100
         queued = float(rt.scheduler.state.rows[:, QUEUE].sum())
         assert queued == 100.0
+    finally:
+        service.close()
+
+
+def test_an_audit_file_deleted_while_serving_is_noticed_and_nothing_goes_into_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both processes went on committing into the deleted file (gone at exit, with every
+    record since), ready, silent, deleting their journal as 'committed'."""
+    service = _service(tmp_path, Clock(time.time()))
+    try:
+        rt = service.runtime
+        assert rt.writer is not None
+        asyncio.run(service.readiness())
+        assert rt.ready_problem is None
+        (tmp_path / "audit.db").unlink()
+        asyncio.run(service.readiness())
+        assert rt.ready_problem is not None and "was deleted" in rt.ready_problem
+        assert len([r for r in caplog.records if "was deleted" in r.getMessage()]) == 1
+        kept = [rt.decide(_request(rt, f"while-gone-{i}")).entry.decision_id for i in range(20)]
+        poll(lambda: "was deleted" in (rt.writer.stats().last_error or "") or None)  # type: ignore[union-attr]
+        assert rt.writer.stats().queue_depth == 20  # held in the journal, not committed
+        upgrade(create_audit_engine(f"sqlite:///{tmp_path / 'audit.db'}"))  # put back
+        asyncio.run(service.readiness())
+        assert rt.ready_problem is None
+        assert rt.writer.wait_flushed(30), rt.writer.stats()
+        with rt.engine.connect() as conn:
+            ids = set(conn.execute(text("SELECT request_id FROM decisions")).scalars())
+        assert ids == set(kept)
     finally:
         service.close()

@@ -8,9 +8,11 @@ restart costs one failed batch, not a stuck pool.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from slaguard.audit.lines import json_encoder
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SQLITE_FILE = "slaguard.db"
 DB_ENV_VAR = "SLAGUARD_DB"
@@ -89,6 +93,45 @@ def sqlite_path(url: URL) -> Path | None:
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         return None
     return Path(str(url.database))
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+@dataclass(slots=True)
+class SqliteFileWatch:
+    """Notices an engine's SQLite file deleted or replaced while in use: its open
+    connections would go on reading and committing into the deleted file, which vanishes
+    with the last of them (an `rm` of the audit database lost every later record)."""
+
+    engine: Engine
+    path: Path
+    identity: tuple[int, int] | None
+
+    @classmethod
+    def of(cls, engine: Engine) -> SqliteFileWatch | None:
+        """A watch on `engine`'s file; None for PostgreSQL and in-memory SQLite."""
+        path = sqlite_path(engine.url)
+        return None if path is None else cls(engine, path, _file_identity(path))
+
+    def problem(self) -> str | None:
+        """What is wrong with the file now (one `stat`), or None. A file put back in its
+        place (restored, re-created by `slaguard db upgrade`) is adopted: the old file's
+        connections are dropped, the next one opens the new file."""
+        identity = _file_identity(self.path)
+        if identity is None:
+            return f"SQLite file {self.path} was deleted while in use; put it back or restart"
+        if identity != self.identity:
+            if self.identity is not None:
+                log.warning("audit database %s was replaced; using the new file", self.path)
+                self.engine.dispose()
+            self.identity = identity
+        return None
 
 
 def default_spill_dir(url: URL) -> Path:

@@ -22,7 +22,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,74 +30,30 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 import slaguard
-from slaguard.audit.engine import create_audit_engine, default_spill_dir, error_line, shown_url
+from slaguard.audit.engine import (
+    SqliteFileWatch,
+    create_audit_engine,
+    default_spill_dir,
+    error_line,
+    shown_url,
+)
 from slaguard.audit.lines import FLEET_TAG, JournalEncoder
 from slaguard.audit.migrate import require_current_schema, upgrade
 from slaguard.audit.records import AuditRecord
 from slaguard.audit.spill import QUARANTINE_FILE, SpillJournal
 from slaguard.audit.writer_process import BatchDone, ChildConfig, Report, WriteFailed
+from slaguard.audit.writer_settings import (
+    JournalWriteError,
+    SpillFullError,
+    WriterSettings,
+    WriterStats,
+)
 from slaguard.scheduler.explain import Explanation
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _decode_report = msgspec.json.Decoder(Report).decode
 STOP_GRACE_S = 2.0  # how long a child inside a database call may take to exit on close
-
-
-class RecordRefusedError(RuntimeError):
-    """enqueue() refused a record: it is NOT acknowledged; the caller decides (count it,
-    shed load). Counted in `WriterStats.refused`."""
-
-
-class SpillFullError(RecordRefusedError):
-    """The spill journal reached `max_spill_bytes`."""
-
-
-class JournalWriteError(RecordRefusedError):
-    """The spill journal could not be written (disk full, directory read-only)."""
-
-
-@dataclass(frozen=True, slots=True)
-class WriterSettings:
-    """Knobs of the writer; the defaults suit a router doing thousands of decisions/s."""
-
-    batch_size: int = 2000
-    flush_interval_s: float = 0.05
-    segment_bytes: int = 8 << 20
-    max_spill_bytes: int | None = 4 << 30
-    copy_min_rows: int = 200
-    retry_initial_s: float = 0.05
-    retry_max_s: float = 1.0
-    drain_timeout_s: float = 10.0
-    process_nice: int = 10
-    """Niceness added to the writer process: routing gets the CPU first."""
-    statement_timeout_s: float = 15.0
-    """A PostgreSQL batch waiting longer (a table lock, a stuck server) fails and is
-    retried, so the wait shows in `write_errors` and the log instead of hanging."""
-
-
-@dataclass(frozen=True, slots=True)
-class WriterStats:
-    """A snapshot of the writer's gauges and counters."""
-
-    queue_depth: int
-    """Acknowledged records not yet confirmed in the database."""
-    spill_bytes: int
-    """Spill journal bytes not yet confirmed in the database."""
-    rows_written: int
-    """New rows inserted (replayed duplicates excluded)."""
-    records_flushed: int
-    """Records confirmed in the database, duplicates included."""
-    write_errors: int
-    """Failed batch attempts (each is retried)."""
-    refused: int
-    """enqueue() calls refused because the spill limit was reached."""
-    torn_records: int
-    """Partial or unreadable journal lines skipped (a crash mid-write, disk damage, a
-    format this version cannot read): acknowledged records that are lost."""
-    process_restarts: int
-    """Times the writer process died and was started again."""
-    last_error: str | None
 
 
 class AuditWriter:
@@ -257,6 +212,7 @@ class AuditWriter:
             str(self._journal.directory.resolve()), self._journal.committed_lsn,
             self._journal.live_from, s.batch_size, s.flush_interval_s, s.copy_min_rows,
             s.retry_initial_s, s.retry_max_s, s.process_nice, s.statement_timeout_s,
+            None if (watch := SqliteFileWatch.of(self.engine)) is None else watch.identity,
         )  # fmt: skip
         env = dict(os.environ)
         root = str(Path(slaguard.__file__).resolve().parents[1])

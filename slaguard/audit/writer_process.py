@@ -29,7 +29,7 @@ from typing import BinaryIO
 import msgspec
 from sqlalchemy import Engine
 
-from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.engine import SqliteFileWatch, create_audit_engine
 from slaguard.audit.lines import FLEET_TAG, FleetLabels
 from slaguard.audit.lines_decode import decode_lines
 from slaguard.audit.sink import is_unreachable, write_batch
@@ -54,6 +54,9 @@ class ChildConfig(msgspec.Struct):
     retry_max_s: float
     nice: int
     statement_timeout_s: float
+    sqlite_identity: tuple[int, int] | None
+    """The SQLite file's (device, inode) when the parent started us: a file deleted or
+    replaced before we connect is noticed too."""
 
 
 class BatchDone(msgspec.Struct, tag="batch"):
@@ -76,6 +79,11 @@ class WriteFailed(msgspec.Struct, tag="error"):
 
 Report = BatchDone | WriteFailed
 _encode = msgspec.json.Encoder().encode
+
+
+class DatabaseFileGone(FileNotFoundError):
+    """The SQLite file was deleted under us: nothing is written (it would vanish with the
+    deleted file) until it is back; the records wait in the journal."""
 
 
 def wait_control(timeout_s: float) -> bool:
@@ -105,6 +113,10 @@ class _Child:
         self.engine: Engine = create_audit_engine(
             cfg.url, statement_timeout_s=cfg.statement_timeout_s
         )
+        watch = SqliteFileWatch.of(self.engine)
+        if watch is not None:
+            watch.identity = cfg.sqlite_identity
+        self.file_watch = watch if cfg.sqlite_identity is not None else None
         self.fleets: dict[str, FleetLabels] = {}
         self.fleet_lines: dict[bytes, bool] = {}
         """Every fleet line read, and whether the quarantine file holds it already."""
@@ -180,6 +192,8 @@ class _Child:
         self.note_fleet_lines(lines)
         while True:
             try:
+                if self.file_watch is not None and (gone := self.file_watch.problem()):
+                    raise DatabaseFileGone(gone)
                 with self.engine.begin() as conn:
                     inserted = write_batch(conn, batch, self.cfg.copy_min_rows)
                 self.quarantine(batch.rejected)

@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit.engine import (
+    SqliteFileWatch,
     create_audit_engine,
     default_spill_dir,
     error_line,
@@ -135,7 +136,19 @@ def build_service(
         config, fleet, scheduler, metrics, modes, writer=writer, engine=engine, clock=clock
     )
 
+    file_watch = SqliteFileWatch.of(engine)
+
     async def readiness() -> None:
+        """Called every mode sync: one `stat` of a SQLite file while ready; the schema
+        query (and the weight version it records) only while not ready."""
+        gone = None if file_watch is None else file_watch.problem()
+        if gone is not None:
+            if runtime.ready_problem != gone:
+                log.error("not ready: %s (records wait in the spill journal)", gone)
+            runtime.ready_problem = gone
+            return
+        if runtime.ready_problem is None:
+            return
         problem = await asyncio.to_thread(_schema_problem, engine)
         if problem is None and runtime.ready_problem is not None:
             w = scheduler.weights

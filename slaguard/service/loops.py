@@ -170,7 +170,7 @@ class ServiceLoops:
                 rt.metrics.count_correction_action(action.value, n)
 
     async def mode_sync(self, now_s: float) -> None:
-        if self.readiness is not None and self.runtime.ready_problem is not None:
+        if self.readiness is not None:
             await self.readiness()
         await self.runtime.modes.sync(now_s)
 

@@ -23,7 +23,8 @@ from sqlalchemy import Engine
 
 from slaguard.audit.from_scheduler import decision_head
 from slaguard.audit.records import OutcomeRecord, RequestStatus
-from slaguard.audit.writer import AuditWriter, RecordRefusedError, SpillFullError
+from slaguard.audit.writer import AuditWriter
+from slaguard.audit.writer_settings import RecordRefusedError, SpillFullError
 from slaguard.failure_log import FailureLog
 from slaguard.fleet import Fleet, Priority, Request
 from slaguard.guard.samples import FirstToken, GuardSample
