@@ -6,53 +6,26 @@ not by sleeping. The audit writer is real: decisions are polled for in the datab
 
 from __future__ import annotations
 
-import asyncio
 import re
-import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
-from sqlalchemy import text
+from service_helpers import Clock, build_test_service
 
-from slaguard.audit.engine import create_audit_engine
-from slaguard.audit.migrate import upgrade
 from slaguard.audit.service import UnknownRequestError, explain
-from slaguard.audit.spill import SEGMENT_SUFFIX
-from slaguard.fleet import Priority
-from slaguard.scheduler.state import QUEUE
 from slaguard.service.app import create_app
-from slaguard.service.bootstrap import Service, build_service
-from slaguard.service.config import load_config
+from slaguard.service.bootstrap import Service
 from slaguard.service.local import ServerThread
 from slaguard.service.loops import ServiceLoops
 from slaguard.telemetry.labels import JOBS
 
 ROOT = Path(__file__).resolve().parent.parent
-
-FLEET = {
-    "name": "api-test",
-    "targets": [
-        {"id": "h100-8b", "model": "llama3.1-8b", "card": "h100"},
-        {"id": "l40s-8b", "model": "llama3.1-8b", "card": "l40s", "count": 2},
-        {"id": "a100-70b", "model": "llama3.1-70b", "card": "a100", "tp": 4},
-    ],
-}
-
-
-@dataclass
-class Clock:
-    """A settable wall clock (unix seconds)."""
-
-    now: float
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass
@@ -68,27 +41,11 @@ class Running:
             assert r.status_code == 200, r.text
 
 
-def _service(tmp: Path, clock: Clock, **extra: Any) -> Service:
-    fleet = tmp / "fleet.yaml"
-    fleet.write_text(yaml.safe_dump(FLEET))
-    cfg = load_config(
-        None,
-        {
-            "fleet": fleet,
-            "db": str(tmp / "audit.db"),
-            "telemetry": {"scrape": False, "stale_after_s": 1.0},
-            "notify_file": tmp / "incidents.jsonl",
-            **extra,
-        },
-    )
-    return build_service(cfg, clock=clock)
-
-
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     tmp = tmp_path_factory.mktemp("api")
     clock = Clock(time.time())
-    service = _service(tmp, clock)
+    service = build_test_service(tmp, clock)
     app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
     with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=10) as client:
         yield Running(service, server, client, clock)
@@ -331,151 +288,3 @@ def test_every_scheduler_job_an_alert_or_label_names_is_one_the_service_runs(
     assert found is not None
     watched = set(found.group(1).split("|"))
     assert watched == runs - {"weight_update"}  # the hourly job has no rate to lose
-
-
-def test_decisions_a_full_journal_refuses_are_counted_and_logged_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The refusals only reached `/v1/status`: the counter behind the critical
-    SlaguardAuditRecordsRefused alert stayed 0, and each one wrote an ERROR line."""
-    service = _service(tmp_path, Clock(time.time()))
-    try:
-        rt = service.runtime
-        assert rt.writer is not None
-        rt.writer.settings = replace(rt.writer.settings, max_spill_bytes=1)
-        for i in range(5):
-            rt.decide(
-                rt.request(
-                    model="llama3.1-8b", prompt_tokens=10, max_new_tokens=5,
-                    priority=Priority.NORMAL, deadline_s=None, request_id=f"full-{i}",
-                    prefix_id=None,
-                )
-            )  # fmt: skip
-        refused = rt.metrics.registry.get_sample_value("slaguard_audit_records_refused_total")
-        assert refused == 5 and rt.audit_refused == 5
-        lines = [r for r in caplog.records if "not audited" in r.getMessage()]
-        assert len(lines) == 1
-    finally:
-        service.close()
-
-
-def test_a_locked_sqlite_file_delays_readiness_instead_of_failing_the_start(
-    tmp_path: Path,
-) -> None:
-    """The start stored the weight version and died with a traceback when another process
-    held the file's write lock; now it is not ready yet, and ready once the lock goes."""
-    service = _service(tmp_path, Clock(time.time()))
-    holder = sqlite3.connect(tmp_path / "audit.db", isolation_level=None)
-    try:
-        holder.execute("BEGIN EXCLUSIVE")
-        asyncio.run(service.readiness())
-        problem = service.runtime.ready_problem
-        assert problem is not None and problem.startswith("audit database busy:"), problem
-        holder.execute("COMMIT")
-        asyncio.run(service.readiness())
-        assert service.runtime.ready_problem is None
-    finally:
-        holder.close()
-        service.close()
-
-
-def test_journal_records_the_writer_cannot_read_reach_the_metrics_and_status(
-    tmp_path: Path,
-) -> None:
-    """Only the log said so: no series, nothing in `/v1/status`, so no alert could fire."""
-    spill = tmp_path / "audit.db.spill"
-    spill.mkdir()
-    (spill / f"{0:020d}{SEGMENT_SUFFIX}").write_bytes(b"Q{'a future format'}\n")
-    service = _service(tmp_path, Clock(time.time()))
-    try:
-        rt = service.runtime
-        assert rt.writer is not None and rt.writer.wait_flushed(30)
-        value = rt.metrics.registry.get_sample_value("slaguard_audit_records_unreadable_total")
-        assert value == 1
-        audit = rt.status()["audit"]
-        assert isinstance(audit, dict) and audit["unreadable"] == 1
-    finally:
-        service.close()
-
-
-def test_a_journal_that_cannot_be_written_refuses_records_and_routing_goes_on(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Every route and feedback was a 500 with a traceback (80,000 log lines in 20 s), the
-    refusals reached no counter, and feedback that failed was then called a duplicate."""
-    service = _service(tmp_path, Clock(time.time()))
-    try:
-        rt = service.runtime
-        assert rt.writer is not None
-        journal = rt.writer._journal  # block its next segment, as a read-only directory does
-        journal.segment_bytes = 1
-        first = rt.decide(_request(rt, "before"))
-        blocker = journal.directory / f"{journal.end_lsn:020d}{SEGMENT_SUFFIX}"
-        blocker.mkdir()
-        routed = [rt.decide(_request(rt, f"blocked-{i}")) for i in range(5)]
-        assert all(r.entry.target_index is not None for r in routed)  # routing goes on
-        done = rt.finish(routed[0].entry, "ok", ttft_s=0.1, tpot_s=0.01, e2e_s=0.5)
-        assert done.recorded and not done.duplicate
-        refused = rt.metrics.registry.get_sample_value("slaguard_audit_records_refused_total")
-        assert refused == 6 and rt.writer.stats().refused == 6
-        assert str(journal.directory) in (rt.writer.stats().last_error or "")
-        assert len([r for r in caplog.records if "not audited" in r.getMessage()]) == 1
-        blocker.rmdir()
-        after = rt.decide(_request(rt, "after"))
-        assert rt.writer.wait_flushed(30)
-        with rt.engine.connect() as conn:
-            ids = set(conn.execute(text("SELECT request_id FROM decisions")).scalars())
-        assert ids == {first.entry.decision_id, after.entry.decision_id}
-    finally:
-        service.close()
-
-
-def _request(rt: Any, request_id: str) -> Any:
-    return rt.request(
-        model="llama3.1-8b", prompt_tokens=10, max_new_tokens=5, priority=Priority.NORMAL,
-        deadline_s=None, request_id=request_id, prefix_id=None,
-    )  # fmt: skip
-
-
-def test_a_decision_evicted_without_feedback_leaves_its_targets_queue(tmp_path: Path) -> None:
-    """Its +1 stayed in the queue depth for the life of the process: 300 routes without
-    feedback held 300 requests queued with only 100 remembered (scraping off)."""
-    service = _service(tmp_path, Clock(time.time()), max_pending_decisions=100)
-    try:
-        rt = service.runtime
-        for i in range(300):
-            rt.decide(_request(rt, f"lost-{i}"))
-        assert len(rt.pending) == 100
-        queued = float(rt.scheduler.state.rows[:, QUEUE].sum())
-        assert queued == 100.0
-    finally:
-        service.close()
-
-
-def test_an_audit_file_deleted_while_serving_is_noticed_and_nothing_goes_into_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Both processes went on committing into the deleted file (gone at exit, with every
-    record since), ready, silent, deleting their journal as 'committed'."""
-    service = _service(tmp_path, Clock(time.time()))
-    try:
-        rt = service.runtime
-        assert rt.writer is not None
-        asyncio.run(service.readiness())
-        assert rt.ready_problem is None
-        (tmp_path / "audit.db").unlink()
-        asyncio.run(service.readiness())
-        assert rt.ready_problem is not None and "was deleted" in rt.ready_problem
-        assert len([r for r in caplog.records if "was deleted" in r.getMessage()]) == 1
-        kept = [rt.decide(_request(rt, f"while-gone-{i}")).entry.decision_id for i in range(20)]
-        poll(lambda: "was deleted" in (rt.writer.stats().last_error or "") or None)  # type: ignore[union-attr]
-        assert rt.writer.stats().queue_depth == 20  # held in the journal, not committed
-        upgrade(create_audit_engine(f"sqlite:///{tmp_path / 'audit.db'}"))  # put back
-        asyncio.run(service.readiness())
-        assert rt.ready_problem is None
-        assert rt.writer.wait_flushed(30), rt.writer.stats()
-        with rt.engine.connect() as conn:
-            ids = set(conn.execute(text("SELECT request_id FROM decisions")).scalars())
-        assert ids == set(kept)
-    finally:
-        service.close()

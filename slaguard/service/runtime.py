@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 import uuid
 from collections import OrderedDict
@@ -39,6 +40,7 @@ from slaguard.service.store import DecisionStore
 from slaguard.telemetry.metrics import SlaguardMetrics
 
 log = logging.getLogger(__name__)
+ID_BATCH = 4096
 
 
 class FieldError(ValueError):
@@ -93,6 +95,8 @@ class ServiceRuntime:
         self._models = sorted(self._routable)
         self._id_prefix = uuid.uuid4().hex[:20]
         self._id_counter = itertools.count()
+        self._random_hex = ""
+        self._random_at = 0
 
     # -- parsing helpers ---------------------------------------------------------------
 
@@ -135,9 +139,15 @@ class ServiceRuntime:
         )
 
     def new_decision_id(self) -> str:
-        """32 hex digits: 80 random bits drawn at start, then a counter (no entropy read
-        per request; unique across restarts and replicas)."""
-        return f"{self._id_prefix}{next(self._id_counter):012x}"
+        """48 hex digits: 80 random bits drawn at start and a counter (unique across
+        restarts and replicas), then 64 random bits of its own: an id is what a client
+        needs to report its outcome, so the next one must not be guessable from the last
+        (the random bits come from the OS `ID_BATCH` ids at a time, not per request)."""
+        at = self._random_at
+        if at >= len(self._random_hex):
+            self._random_hex, at = os.urandom(8 * ID_BATCH).hex(), 0
+        self._random_at = at + 16
+        return f"{self._id_prefix}{next(self._id_counter):012x}{self._random_hex[at : at + 16]}"
 
     # -- the hot path ------------------------------------------------------------------
 
