@@ -108,6 +108,24 @@ def test_scraper_keeps_the_picture_fresh(stack: Stack) -> None:
     raise AssertionError(f"pictures not refreshed: {rows}")
 
 
+def test_a_scraped_backend_cannot_be_pushed_out_of_routing(stack: Stack) -> None:
+    """Two unauthenticated `healthy: false` pushes drained the whole fleet until someone
+    pushed it back, while the scraper read every backend fine."""
+    for target in stack.emulators:
+        r = stack.client.post("/v1/telemetry", json={"target": target, "healthy": False})
+        assert r.status_code == 200
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        rows = stack.client.get("/v1/status").json()["targets"]
+        if all(r["healthy"] for r in rows):
+            break
+        time.sleep(0.05)
+    assert all(r["healthy"] for r in rows), rows
+    body = {"model": MODEL, "prompt_tokens": 10, "max_new_tokens": 4}
+    routed = stack.client.post("/v1/route", json=body)
+    assert routed.json()["target"] is not None
+
+
 def test_stream_passes_through_and_is_measured(stack: Stack) -> None:
     r = stack.client.post("/v1/chat/completions", json=_chat(6), headers={"X-Request-Id": "gw-1"})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")

@@ -24,7 +24,7 @@ from slaguard.fleet import Priority
 from slaguard.service.app import create_app
 from slaguard.service.bootstrap import Service, build_service
 from slaguard.service.config import load_config
-from slaguard.service.hotpath import HotPathApp
+from slaguard.service.hotpath import MAX_BODY_BYTES, HotPathApp
 from slaguard.service.local import ServerThread
 from slaguard.service.sse_meter import StreamMeter
 from slaguard.service.telemetry_scraper import ScrapeError, parse_vllm_metrics
@@ -85,6 +85,26 @@ def test_a_body_arriving_in_many_pieces_is_read_whole(served: tuple[Service, htt
     padded = body[:-1] + b" " * 1_000_000 + b"}"  # ~1 MB: many socket reads
     r = client.post("/v1/route", content=padded, headers={"content-type": "application/json"})
     assert r.status_code == 200 and r.json()["target"] is not None
+
+
+def test_a_body_past_the_limit_is_a_413_and_routing_goes_on(
+    served: tuple[Service, httpx.Client],
+) -> None:
+    """A 100 MB body took 3.4 GB of memory and stalled routing for seconds before its 422."""
+    _, client = served
+    body = json.dumps(ROUTE).encode()
+    big = body[:-1] + b" " * (MAX_BODY_BYTES + 1) + b"}"
+
+    def pieces() -> Iterator[bytes]:  # chunked: no content-length to refuse it by
+        for at in range(0, len(big), 1 << 20):
+            yield big[at : at + (1 << 20)]
+
+    for path in ("/v1/route", "/v1/feedback", "/v1/telemetry"):
+        r = client.post(path, content=big, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and "MiB" in r.json()["error"], (path, r.text)
+    r = client.post("/v1/route", content=pieces(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    assert client.post("/v1/route", json=ROUTE).json()["target"] is not None
 
 
 def test_unexpected_error_in_a_hot_endpoint_is_a_json_500() -> None:
@@ -206,7 +226,7 @@ def test_decision_ids_are_unique_within_and_across_runtimes(tmp_path: Path) -> N
         finally:
             service.close()
     assert len(ids) == 4000
-    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    assert all(len(i) == 48 and int(i, 16) >= 0 for i in ids)
 
 
 def test_learned_arm_feedback_reaches_the_learner(tmp_path: Path) -> None:

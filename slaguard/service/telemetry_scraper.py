@@ -76,13 +76,16 @@ def parse_vllm_metrics(text: str) -> BackendPicture:
 
 
 def apply_picture(state: FleetState, target: Target, picture: BackendPicture, now_s: float) -> None:
-    """Write one scraped picture into the router's row for `target`."""
+    """Write one scraped picture into the router's row for `target`. A backend that
+    answers its metrics is healthy: a `healthy: false` pushed to `/v1/telemetry` (which
+    anyone on the network can send) no longer drains it until someone pushes it back."""
     state.refresh(
         target.index,
         now_s,
         kv_used_gb=picture.kv_usage_ratio * target.kv_budget_gb,
         queue_depth=picture.queue_depth,
     )
+    state.set_healthy(target.index, True)
 
 
 class MetricsScraper:
