@@ -322,3 +322,18 @@ def test_the_guard_hears_the_first_token_while_the_answer_streams(stack: Stack) 
     evaluations = replica.stats.evaluations
     wait_for("two more evaluations", lambda: replica.stats.evaluations >= evaluations + 2)
     assert counts(target) == before[target] + 1, "the completion did not count it again"
+
+
+def test_long_and_token_id_prompts_pass_and_an_impossible_one_is_a_422(stack: Stack) -> None:
+    """A completions prompt over 10,000 characters and a token-id prompt were 422s; a
+    prompt past every target's context was a 503 with Retry-After (retried for ever) and
+    counted as an SLA miss."""
+    long_prompt = {"model": MODEL, "prompt": "hello " * 8000, "max_tokens": 4}
+    assert stack.client.post("/v1/completions", json=long_prompt).status_code == 200
+    ids = {"model": MODEL, "prompt": [1, 2, 3], "max_tokens": 4}
+    assert stack.client.post("/v1/completions", json=ids).status_code == 200
+    completed = stack.service.runtime.finished_count
+    r = stack.client.post("/v1/chat/completions", json=_chat(4, text="x" * 600_000))
+    assert r.status_code == 422 and "retry-after" not in r.headers
+    assert r.json()["error"].startswith("messages: ") and "context window" in r.json()["error"]
+    assert stack.service.runtime.finished_count == completed

@@ -39,6 +39,7 @@ from slaguard.service.gateway_schemas import (
     CompletionRequest,
     GatewayHeaders,
     prompt_text,
+    prompt_token_ids,
 )
 from slaguard.service.hotpath import (
     DirectRoute,
@@ -137,11 +138,12 @@ async def _proxy(
         max_new = body.max_tokens
     else:
         max_new = body.max_completion_tokens or body.max_tokens
-    text = prompt_text(body)
-    prefix = meta.prefix_id or hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    text, ids = prompt_text(body), prompt_token_ids(body)
+    key = text.encode() if not ids else json.dumps(body.prompt).encode()  # type: ignore[union-attr]
+    prefix = meta.prefix_id or hashlib.blake2b(key, digest_size=8).hexdigest()
     req = rt.request(
         model=body.model,
-        prompt_tokens=int(len(text) / g.chars_per_token) + 1,
+        prompt_tokens=int(len(text) / g.chars_per_token) + ids + 1,
         max_new_tokens=max_new or g.default_max_tokens,
         priority=priority,
         deadline_s=meta.deadline_s,
@@ -154,6 +156,10 @@ async def _proxy(
     entry = routed.entry
     if entry.target_index is None:
         rt.record_decision(routed, decide_s)
+        if (impossible := rt.never_fits(routed)) is not None:
+            rt.pending.pop(entry.decision_id, None)  # a client error: not an SLA miss
+            where = "prompt" if isinstance(body, CompletionRequest) else "messages"
+            raise FieldError(where, f"{impossible}; send a shorter one or fewer max_tokens")
         rt.finish(entry, "rejected", ttft_s=None, tpot_s=None, e2e_s=None)
         notes = "; ".join(routed.decision.explanation.notes) or "no eligible target"
         raise HTTPException(503, f"no capacity for {body.model}: {notes}", {"Retry-After": "1"})

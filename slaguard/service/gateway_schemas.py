@@ -33,7 +33,9 @@ class ChatCompletionRequest(_Open):
 
 class CompletionRequest(_Open):
     model: str = Field(min_length=1, max_length=128)
-    prompt: str | list[str] = Field(max_length=10_000)
+    prompt: str | list[str] | list[int] | list[list[int]]
+    """Text, texts, token ids or lists of token ids, as OpenAI takes it (its size is bounded
+    by the body limit)."""
     max_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
     stream: bool = False
 
@@ -59,9 +61,11 @@ HEADER_PARAMETERS = tuple(
 
 
 def prompt_text(body: ChatCompletionRequest | CompletionRequest) -> str:
-    """The prompt's text, for its size estimate and its hash."""
+    """The prompt's text, for its size estimate and its hash (token ids: see
+    `prompt_token_ids`)."""
     if isinstance(body, CompletionRequest):
-        return body.prompt if isinstance(body.prompt, str) else "".join(body.prompt)
+        p = body.prompt
+        return p if isinstance(p, str) else "".join(x for x in p if isinstance(x, str))
     parts: list[str] = []
     for m in body.messages:
         if isinstance(m.content, str):
@@ -69,3 +73,10 @@ def prompt_text(body: ChatCompletionRequest | CompletionRequest) -> str:
         elif m.content:
             parts.extend(str(p.get("text", "")) for p in m.content)
     return "\n".join(parts)
+
+
+def prompt_token_ids(body: ChatCompletionRequest | CompletionRequest) -> int:
+    """How many token ids the prompt sends as numbers (counted as they are, not estimated)."""
+    if not isinstance(body, CompletionRequest) or isinstance(body.prompt, str):
+        return 0
+    return sum(1 if isinstance(x, int) else len(x) for x in body.prompt if not isinstance(x, str))

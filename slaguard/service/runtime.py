@@ -30,7 +30,7 @@ from slaguard.failure_log import FailureLog
 from slaguard.fleet import Fleet, Priority, Request
 from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.scheduler.core import Scheduler
-from slaguard.scheduler.explain import Outcome
+from slaguard.scheduler.explain import Outcome, Reason
 from slaguard.scheduler.rollout import Arm
 from slaguard.service.config import ServiceConfig
 from slaguard.service.gateway_metrics import GatewayMetrics
@@ -112,6 +112,23 @@ class ServiceRuntime:
         if model not in self._routable:
             known = "not served by this fleet" if model in self.fleet.models else "unknown"
             raise FieldError(field, f"model {model!r} is {known}; use one of {self._models}")
+
+    def never_fits(self, routed: Routed) -> str | None:
+        """Why no target serving the request's model could ever take it (its tokens past
+        every context window or KV budget), or None: then it is a client error to fix,
+        not a capacity problem to retry."""
+        e, req = routed.decision.explanation, routed.decision.request
+        if routed.entry.target_index is not None or len(e.candidates) == 0:
+            return None
+        for index, reason in zip(e.candidates.tolist(), e.reasons.tolist(), strict=True):
+            target = self.fleet.targets[index]
+            if reason != Reason.CONTEXT and e.v_peak_gb <= target.kv_budget_gb:
+                return None
+        largest = max(self.fleet.targets[i].model.context_window for i in e.candidates.tolist())
+        return (
+            f"the prompt (~{req.prompt_tokens} tokens) and {req.max_new_tokens} new tokens "
+            f"exceed every {req.model_id} target's context window ({largest}) or KV budget"
+        )
 
     def request(
         self,
