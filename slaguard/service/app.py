@@ -26,6 +26,7 @@ from slaguard.service import admin, gateway, views
 from slaguard.service.hotpath import HotPathApp, direct_endpoints, validation_message
 from slaguard.service.loops import ServiceLoops
 from slaguard.service.runtime import FieldError, ServiceRuntime
+from slaguard.service.shutdown_log import quiet_shutdown_cancellations
 from slaguard.service.telemetry_scraper import MetricsScraper
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ def create_app(
                 app.state.scraper = scraper
                 scrape_task = asyncio.create_task(scraper.run(tcfg.scrape_interval_s))
         tune_for_latency()
+        quiet_shutdown_cancellations()
         try:
             yield
         finally:

@@ -126,6 +126,10 @@ class ServiceLoops:
             failed = False
             try:
                 await body(self.runtime.clock())
+            except asyncio.CancelledError:
+                # the event loop is closing (a stop): APScheduler would log it as a failure
+                log.debug("job %s cancelled by the shutdown", name)
+                return
             except Exception as exc:
                 failed = True
                 stats.failures += 1
