@@ -159,3 +159,23 @@ def test_a_database_from_a_newer_slaguard_is_one_line_not_a_traceback(tmp_path: 
         "slaguard`) before using it\n"
     )
     assert not (tmp_path / "audit.db.spill").exists()
+
+
+def test_a_writer_process_that_cannot_start_is_one_line(tmp_path: Path) -> None:
+    """A Python the serving user may not execute (a venv under another user's home) made
+    the start die with a PermissionError traceback."""
+    nowhere = tmp_path / "python-not-here"
+    start = (
+        "import sys; sys.executable = sys.argv.pop(1); "
+        "from slaguard.cli.main import app; app(prog_name='slaguard')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", start, str(nowhere), "serve", "--db", str(tmp_path / "a.db"),
+         "--port", str(free_port())],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert (
+        line.startswith("error: cannot start the audit writer process (") and str(nowhere) in line
+    )

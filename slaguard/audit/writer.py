@@ -46,6 +46,7 @@ from slaguard.audit.writer_settings import (
     JournalWriteError,
     SpillFullError,
     WriterSettings,
+    WriterStartError,
     WriterStats,
 )
 from slaguard.scheduler.explain import Explanation
@@ -96,6 +97,13 @@ class AuditWriter:
             )  # fmt: skip
         try:
             self._child = self._spawn()
+        except OSError as exc:
+            self._journal.close()
+            raise WriterStartError(
+                f"cannot start the audit writer process ({sys.executable} -m "
+                f"slaguard.audit.writer_process): {exc.strerror or exc}; fix: run slaguard "
+                "with a Python this user may execute"
+            ) from exc
         except BaseException:
             self._journal.close()
             raise

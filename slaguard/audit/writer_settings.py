@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+class WriterStartError(RuntimeError):
+    """The writer process could not be started (the interpreter is not executable)."""
+
+
 class RecordRefusedError(RuntimeError):
     """enqueue() refused a record: it is NOT acknowledged; the caller decides (count it,
     shed load). Counted in `WriterStats.refused`."""

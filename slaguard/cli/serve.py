@@ -11,6 +11,7 @@ import uvicorn
 from slaguard.audit.engine import DatabaseUrlError
 from slaguard.audit.migrate import SchemaNotCurrentError
 from slaguard.audit.spill import SpillInUseError
+from slaguard.audit.writer_settings import WriterStartError
 from slaguard.cli.errors import fail
 from slaguard.cli.listen import SERVER_SETTINGS, check_can_listen
 from slaguard.fleet import FleetError
@@ -53,6 +54,8 @@ def serve(
         NotifyConfigError,
         SchemaNotCurrentError,
     ) as exc:
+        fail(str(exc))
+    except WriterStartError as exc:
         fail(str(exc))
     except SpillInUseError as exc:
         fail(
