@@ -35,6 +35,7 @@ class Stack:
     service: Service
     client: httpx.Client
     emulators: dict[str, str]
+    app: Any
 
     def fault(self, target: str, path: str, body: dict[str, Any] | None = None) -> None:
         r = self.client.post(f"{self.emulators[target]}/admin/{path}", json=body or {})
@@ -82,7 +83,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
     with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=30) as client:
         emulators = {f"{c}-8b": servers[c].url for c in CARDS}
-        yield Stack(service, client, emulators)
+        yield Stack(service, client, emulators, app)
     service.close()
     for s in servers.values():
         s.stop()
@@ -267,6 +268,8 @@ def test_bad_gateway_input(
 
 def test_no_capacity_is_a_503(stack: Stack, tmp_path: Path) -> None:
     rt = stack.service.runtime
+    scraper = stack.app.state.scraper
+    scraped, scraper.targets = scraper.targets, []  # a scrape would set them healthy again
     for t in rt.fleet:
         rt.scheduler.state.set_healthy(t.index, False)
     try:
@@ -274,6 +277,7 @@ def test_no_capacity_is_a_503(stack: Stack, tmp_path: Path) -> None:
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
         assert "no capacity" in r.json()["error"]
     finally:
+        scraper.targets = scraped
         for t in rt.fleet:
             rt.scheduler.state.set_healthy(t.index, True)
 

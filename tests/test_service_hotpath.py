@@ -135,10 +135,23 @@ def test_bad_explain_flag_names_the_parameter(served: tuple[Service, httpx.Clien
 
 def test_not_json_and_not_an_object_are_422(served: tuple[Service, httpx.Client]) -> None:
     _, client = served
-    for path in ("/v1/route", "/v1/feedback", "/v1/chat/completions"):
+    for path in ("/v1/route", "/v1/feedback", "/v1/chat/completions", "/v1/telemetry"):
         for raw in (b"\xff\xfe", b"[1, 2]", b""):
             r = client.post(path, content=raw, headers={"content-type": "application/json"})
             assert r.status_code == 422 and r.json()["error"], (path, raw, r.text)
+
+
+def test_a_telemetry_push_is_json_whatever_its_content_type(
+    served: tuple[Service, httpx.Client],
+) -> None:
+    """It alone went through FastAPI's body parsing: `curl -d` (form content type) was a
+    422 about a dictionary, invalid UTF-8 a 400 naming no field."""
+    _, client = served
+    body = json.dumps({"target": "h100-8b", "queue_depth": 0}).encode()
+    r = client.post("/v1/telemetry", content=body, headers={"content-type": "text/plain"})
+    assert r.status_code == 200 and r.json() == {"target": "h100-8b", "accepted": True}
+    unknown = client.post("/v1/telemetry", json={"target": "nope", "queue_depth": 0})
+    assert unknown.status_code == 422 and unknown.json()["error"].startswith("target: ")
 
 
 def test_openapi_publishes_the_hot_bodies(served: tuple[Service, httpx.Client]) -> None:

@@ -240,18 +240,25 @@ async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> dict[s
     return {**answer, "recorded": True, "duplicate": False, "sla_met": ok}
 
 
-@router.post(
+@hot.post(
     "/v1/telemetry",
     response_model=TelemetryResponse,
     responses=ERRORS,
     summary="Push one target's hardware picture",
+    openapi_extra=json_body(TelemetryRequest),
 )
-async def telemetry(body: TelemetryRequest, request: Request) -> TelemetryResponse:
+async def telemetry(request: Request) -> Response:
+    """On the hot path like the other pushes: the body is JSON whatever its content type,
+    and an unreadable one is a 422 naming the field."""
+    try:
+        body = TelemetryRequest.model_validate_json(await request.body())
+    except ValidationError as exc:
+        return invalid(exc)
     rt = runtime_of(request)
     try:
         target = rt.fleet.target(body.target)
     except KeyError:
-        raise FieldError("target", f"unknown target {body.target!r}") from None
+        return error_response(422, f"target: unknown target {body.target!r}")
     kv = body.kv_used_gb
     if body.kv_used_ratio is not None:
         kv = body.kv_used_ratio * target.kv_budget_gb
@@ -265,7 +272,7 @@ async def telemetry(body: TelemetryRequest, request: Request) -> TelemetryRespon
     )
     if body.healthy is not None:
         state.set_healthy(target.index, body.healthy)
-    return TelemetryResponse(target=target.id, accepted=True)
+    return json_response({"target": target.id, "accepted": True})
 
 
 @router.get("/v1/status", summary="Fleet mode, weights, audit backlog and per-target picture")
