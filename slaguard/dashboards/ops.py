@@ -55,13 +55,18 @@ def build() -> db.Dashboard:
             ],
         ),
         ts(
-            "Audit write errors and refusals/s",
-            "Failed batch write attempts (retried), and records refused because the "
-            "spill journal was full (lost: never audited).",
+            "Audit write errors, refusals and unreadable records/s",
+            "Failed batch write attempts (retried); records refused because the spill "
+            "journal was full or not writable, and journalled records the writer could not "
+            "read back (both lost: never audited).",
             units.OpsPerSecond,
             [
                 (rate("slaguard_audit_write_errors_total", "instance"), "errors {{instance}}"),
                 (rate("slaguard_audit_records_refused_total", "instance"), "refused {{instance}}"),
+                (
+                    rate("slaguard_audit_records_unreadable_total", "instance"),
+                    "unreadable {{instance}}",
+                ),
             ],
         ),
     ]
