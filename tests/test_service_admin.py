@@ -10,6 +10,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -143,12 +144,20 @@ def test_bad_mode_bodies(admin: Admin, body: dict[str, Any], field: str) -> None
     assert r.status_code == 422 and r.json()["error"].startswith(field), r.json()
 
 
-def _webhook(name: str, status: str = "firing", severity: str = "critical") -> dict[str, Any]:
+def _webhook(
+    name: str,
+    status: str = "firing",
+    severity: str = "critical",
+    starts_at: str | None = None,
+) -> dict[str, Any]:
+    """`starts_at` defaults to now: a fresh episode."""
+    if starts_at is None:
+        starts_at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     alert = {
         "status": status,
         "labels": {"alertname": name, "severity": severity},
         "annotations": {"summary": "TTFT error budget burning 14.4x"},
-        "startsAt": "2026-01-01T00:00:00Z",
+        "startsAt": starts_at,
         "endsAt": "0001-01-01T00:00:00Z",
         "fingerprint": "abc",
     }
@@ -235,6 +244,25 @@ def test_status_names_the_guard_leader_and_a_resume_resolves_the_alert_incident(
     incident = admin.rows(Incident)[-1]
     assert incident["detector"] == "alertmanager" and incident["resolved_at"] is not None
     assert [u["state"] for u in incident["evidence"]["updates"]] == ["resolved"]
+
+
+def test_an_alert_re_sent_after_the_resume_does_not_roll_back_again(admin: Admin) -> None:
+    """Alertmanager re-sends a firing alert every repeat interval, and the 6h/30m burn
+    pair keeps firing ~50 minutes after the fault: each repeat rolled a fleet a human had
+    resumed back again, with a new incident and Slack message."""
+    assert current_mode(admin.service.engine).mode == "rollout(10)"  # resumed above
+    incidents = len(admin.rows(Incident))
+    before_resume = _webhook("SlaguardSLAErrorBudgetBurn", starts_at="2026-01-01T00:00:00Z")
+    old = admin.client.post("/v1/alertmanager", json=before_resume, headers=AUTH).json()
+    assert old["action"].startswith("none") and old["mode"] == "rollout(10)"
+    assert len(admin.rows(Incident)) == incidents
+    later = datetime.fromtimestamp(time.time() + 1, UTC).isoformat().replace("+00:00", "Z")
+    new = admin.client.post(
+        "/v1/alertmanager",
+        json=_webhook("SlaguardSLAErrorBudgetBurn", starts_at=later),
+        headers=AUTH,
+    ).json()
+    assert new["action"] == "rollback" and new["mode"] == "round_robin"
 
 
 def test_bad_alertmanager_payload(admin: Admin) -> None:

@@ -39,6 +39,8 @@ ACTOR_MAX = 128
 _RR_FAMILY = (ModeKind.ROUND_ROBIN, ModeKind.HELD_ROUND_ROBIN)
 _KINDS = {k.value: k for k in TransitionKind}
 _LOAD_ATTEMPTS = 3
+_RECENT_CHANGES = 200
+_RETURNS = (TransitionKind.MANUAL_RESUME, TransitionKind.AUTO_RETURN)
 
 
 class FleetStateMissingError(LookupError):
@@ -149,6 +151,21 @@ class GuardStore:
             entered_by=kind,
             switch_times_s=self._switch_times(conn, now_s),
         )
+
+    def last_return_s(self) -> float | None:
+        """When the fleet last went back towards the learned policy (a resume or an
+        automatic return), from the newest mode changes: an alert that started before it
+        was already acted on, and Alertmanager re-sends firing alerts every repeat interval."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(ModeChange.at, ModeChange.reason, ModeChange.evidence)
+                .order_by(ModeChange.id.desc())
+                .limit(_RECENT_CHANGES)
+            ).all()
+        for at, reason, evidence in rows:
+            if transition_kind(evidence, reason) in _RETURNS:
+                return _seconds(at)
+        return None
 
     def _switch_times(self, conn: Connection, now_s: float) -> tuple[float, ...]:
         rows = conn.execute(

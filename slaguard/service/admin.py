@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+from datetime import datetime
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Request
@@ -98,6 +99,16 @@ async def mode(request: Request) -> ModeResponse:
     )
 
 
+def _unix_or_none(moment: str | None) -> float | None:
+    """Alertmanager's RFC 3339 time (nanoseconds cut to micro); None if absent or odd."""
+    if not moment:
+        return None
+    try:
+        return datetime.fromisoformat(moment).timestamp()
+    except ValueError:
+        return None
+
+
 @router.post(
     "/v1/alertmanager",
     response_model=AlertmanagerResponse,
@@ -117,6 +128,7 @@ async def alertmanager(request: Request) -> AlertmanagerResponse:
             summary=a.annotations.get("summary", a.labels.get("alertname", "")),
             labels=dict(a.labels),
             annotations=dict(a.annotations),
+            starts_at_s=_unix_or_none(a.startsAt),
         )
         for a in body.alerts
         if a.status == "firing"
@@ -136,6 +148,6 @@ async def alertmanager(request: Request) -> AlertmanagerResponse:
     return AlertmanagerResponse(
         received=len(body.alerts),
         matched=matched,
-        action="rollback" if change.changed else "none (already on round-robin)",
+        action="rollback" if change.changed else f"none ({change.message})",
         mode=change.mode,
     )

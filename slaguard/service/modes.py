@@ -63,6 +63,8 @@ class FiringAlert:
     summary: str
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    starts_at_s: float | None = None
+    """When it started firing (Alertmanager's `startsAt`); None when not given."""
 
 
 class ModeSource(Protocol):
@@ -114,6 +116,14 @@ class ModeSource(Protocol):
     def close(self) -> None:
         """Give up whatever this replica holds (leadership)."""
         ...
+
+
+def _acted_on(alert: FiringAlert, returned_s: float | None) -> bool:
+    """An alert episode that began before the last return: a re-sent notice of it (its
+    long burn window stays firing long after the fault) must not roll back again."""
+    return (
+        returned_s is not None and alert.starts_at_s is not None and alert.starts_at_s < returned_s
+    )
 
 
 def alert_verdict(firing: list[FiringAlert], now_s: float) -> Verdict:
@@ -224,6 +234,18 @@ class ReplicaModes:
         return self._answer(outcome)
 
     async def alerts(self, firing: list[FiringAlert], now_s: float) -> ModeChange:
+        returned = await asyncio.to_thread(self.replica.store.last_return_s)
+        fresh = [a for a in firing if not _acted_on(a, returned)]
+        if not fresh:
+            st = self.replica.state()
+            names = ", ".join(sorted({a.alertname for a in firing}))
+            message = (
+                f"{names} started before the fleet's last return to the learned policy: "
+                "already acted on, not rolled back again"
+            )
+            log.info("alertmanager: %s", message)
+            return ModeChange(False, st.mode.label, st.version, message)
+        firing = fresh
         alert = alert_verdict(firing, now_s)
         reason = f"{ALERT_ACTOR}: {alert.summary}"[:500]
         outcome = await self._run(ManualAction.ROLLBACK, now_s, ALERT_ACTOR, reason, None, alert)
