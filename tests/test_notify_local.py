@@ -94,6 +94,33 @@ def test_factory_errors_name_the_variable_never_the_secret(
     assert TOKEN not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("SLAGUARD_SLACK_BOT_TOKEN", f"{TOKEN}\n# prod bot", "the token has whitespace"),
+        ("SLAGUARD_SLACK_BOT_TOKEN", f"{TOKEN} x", "the token has whitespace"),
+        ("SLAGUARD_SLACK_BOT_TOKEN", f"{TOKEN}\x07", "the token has whitespace"),
+        ("SLAGUARD_SLACK_BOT_TOKEN", f"{TOKEN}ä", "the token has whitespace"),
+        ("SLAGUARD_SLACK_WEBHOOK_URL", f"https://h.example/s/{TOKEN} x", "the URL has whitespace"),
+    ],
+)
+def test_secrets_slack_sdk_cannot_send_are_refused_at_start(
+    tmp_path: Path, name: str, value: str, message: str
+) -> None:
+    """They started, then failed at every delivery with the secret in the error."""
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(value + "\n")
+    for env, source in [
+        ({name: value}, f"{name}: "),
+        ({f"{name}_FILE": str(secret_file)}, f"{name}_FILE: {secret_file}: "),
+    ]:
+        with pytest.raises(NotifyConfigError) as info:
+            notifier_from_env({**env, "SLAGUARD_SLACK_CHANNEL": "C1"})
+        error = str(info.value)
+        assert error.startswith(source) and message in error and "fix:" in error
+        assert "\n" not in error and TOKEN not in error
+
+
 def test_the_configs_notify_file_is_checked_and_gets_the_links(tmp_path: Path) -> None:
     """`notify_file` in the service config skipped the environment's links and was first
     found unwritable at the first incident."""

@@ -9,7 +9,9 @@
 | `SLAGUARD_DASHBOARD_URL`, `SLAGUARD_RUNBOOK_URL` | links in every message |
 
 First match wins in that order; with nothing set, messages go to the console. A secret
-never appears in an error message, a log line or a repr.
+never appears in an error message, a log line or a repr. A secret is refused at start when
+it has whitespace or a control character inside (a second line in its file): slack-sdk
+failed on it at every delivery, quoting it in the error.
 """
 
 from __future__ import annotations
@@ -34,11 +36,12 @@ class NotifyConfigError(ValueError):
     """A one-line configuration mistake naming the variable (never its secret value)."""
 
 
-def _secret(env: Mapping[str, str], name: str) -> SecretStr | None:
-    """`NAME` from the environment, else the contents of the file named by `NAME_FILE`."""
+def _secret(env: Mapping[str, str], name: str, what: str) -> SecretStr | None:
+    """`NAME` from the environment, else the contents of the file named by `NAME_FILE`
+    (surrounding whitespace, such as the file's last newline, dropped)."""
     value = env.get(name, "").strip()
     if value:
-        return SecretStr(value)
+        return _one_word(value, name, what)
     file_name = env.get(f"{name}_FILE", "").strip()
     if not file_name:
         return None
@@ -53,7 +56,18 @@ def _secret(env: Mapping[str, str], name: str) -> SecretStr | None:
         raise NotifyConfigError(
             f"{name}_FILE: {file_name} is empty; fix: put the secret in the file"
         )
-    return SecretStr(content)
+    return _one_word(content, f"{name}_FILE: {file_name}", what)
+
+
+def _one_word(value: str, source: str, what: str) -> SecretStr:
+    """The secret, if it is printable ASCII without spaces (it goes into an HTTP header or
+    a URL); the error names `source`, never the value."""
+    if not all("!" <= ch <= "~" for ch in value):
+        raise NotifyConfigError(
+            f"{source}: the {what} has whitespace, control or non-ASCII characters inside "
+            f"(a second line?); fix: keep only the {what} itself"
+        )
+    return SecretStr(value)
 
 
 def links_from_env(env: Mapping[str, str]) -> MessageLinks:
@@ -74,7 +88,7 @@ def notifier_from_env(
     links = links_from_env(env)
     if notify_file is not None:
         return _file_notifier(notify_file, "notify_file", links)
-    token = _secret(env, f"{PREFIX}SLACK_BOT_TOKEN")
+    token = _secret(env, f"{PREFIX}SLACK_BOT_TOKEN", "token")
     if token is not None:
         channel = env.get(f"{PREFIX}SLACK_CHANNEL", "").strip()
         if not channel:
@@ -83,15 +97,15 @@ def notifier_from_env(
                 f"when {PREFIX}SLACK_BOT_TOKEN is set"
             )
         base_url = env.get(f"{PREFIX}SLACK_BASE_URL", "").strip() or None
-        if base_url is not None and not base_url.startswith(("https://", "http://")):
+        if base_url is not None and not _http_url(base_url):
             raise NotifyConfigError(
                 f"{PREFIX}SLACK_BASE_URL: {base_url!r} is not an http(s) URL; fix: write it "
                 "like https://slack.com/api/ (or unset it)"
             )
         return SlackWebNotifier(token, channel, links, base_url=base_url)
-    webhook = _secret(env, f"{PREFIX}SLACK_WEBHOOK_URL")
+    webhook = _secret(env, f"{PREFIX}SLACK_WEBHOOK_URL", "URL")
     if webhook is not None:
-        if not webhook.get_secret_value().startswith(("https://", "http://")):
+        if not _http_url(webhook.get_secret_value()):
             raise NotifyConfigError(
                 f"{PREFIX}SLACK_WEBHOOK_URL: not an http(s) URL; "
                 "fix: paste the webhook URL Slack gave you"
@@ -101,6 +115,12 @@ def notifier_from_env(
     if path:
         return _file_notifier(Path(path), f"{PREFIX}NOTIFY_FILE", links)
     return ConsoleNotifier(links)
+
+
+def _http_url(url: str) -> bool:
+    """An http(s) URL with no whitespace or control characters (urllib refuses those at
+    each request, quoting the URL)."""
+    return url.startswith(("https://", "http://")) and all("!" <= ch <= "~" for ch in url)
 
 
 def _file_notifier(path: Path, source: str, links: MessageLinks) -> FileNotifier:

@@ -8,29 +8,16 @@ root `ts`; pass a persistent mapping to keep threads across restarts.
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from urllib.error import URLError
 
 from pydantic import SecretStr
 from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.errors import SlackApiError
 
 from slaguard.guard.events import IncidentEvent, IncidentState
 from slaguard.notify.base import DeliveryResult, retryable_status
 from slaguard.notify.messaging import MessageLinks, build_message
-from slaguard.notify.retry import slack_retry_handlers
-
-
-def _retry_after(headers: object) -> float | None:
-    if not isinstance(headers, dict):
-        return None
-    for key, value in headers.items():
-        if str(key).lower() == "retry-after":
-            raw = value[0] if isinstance(value, list) else value
-            try:
-                return float(raw)
-            except (TypeError, ValueError):
-                return None
-    return None
+from slaguard.notify.redact import Redactor, failed, redacting_logger
+from slaguard.notify.retry import retry_after_s, slack_retry_handlers
 
 
 class SlackWebNotifier:
@@ -52,19 +39,22 @@ class SlackWebNotifier:
         self.channel = channel
         self.links = links or MessageLinks()
         self.threads: MutableMapping[str, str] = threads if threads is not None else {}
+        self._redact = Redactor(token.get_secret_value())
         self._client = WebClient(
             token=token.get_secret_value(),
             # slack-sdk drops the last path segment of a base URL without a trailing slash
             base_url=(base_url.rstrip("/") + "/") if base_url else WebClient.BASE_URL,
             timeout=timeout_s,
             retry_handlers=slack_retry_handlers(max_retries, server_backoff_s),
+            logger=redacting_logger(self.name, self._redact),
         )
 
     def __repr__(self) -> str:
         return f"SlackWebNotifier(channel={self.channel!r}, token=**********)"
 
     def send(self, event: IncidentEvent) -> DeliveryResult:
-        """Post the message (a thread reply unless it opens the incident)."""
+        """Post the message (a thread reply unless it opens the incident); every error is a
+        failed result, never an exception."""
         message = build_message(event, self.links)
         thread_ts = (
             None if event.state is IncidentState.OPENED else self.threads.get(event.incident_id)
@@ -88,12 +78,10 @@ class SlackWebNotifier:
                 f"chat.postMessage failed: HTTP {status} {error}".strip(),
                 retryable=retryable_status(status),
                 status_code=status,
-                retry_after_s=_retry_after(exc.response.headers),
+                retry_after_s=retry_after_s(exc.response.headers),
             )
-        except (SlackClientError, URLError, OSError) as exc:
-            return DeliveryResult(
-                False, f"chat.postMessage failed: {type(exc).__name__}", retryable=True
-            )
+        except Exception as exc:
+            return failed("chat.postMessage", exc, self._redact)
         ts = str(response.get("ts", ""))
         if thread_ts is None and ts:
             self.threads[event.incident_id] = ts

@@ -6,16 +6,14 @@ status is checked here (429 and 5xx are retried later, other codes are permanent
 
 from __future__ import annotations
 
-import logging
-from urllib.error import URLError
-
 from pydantic import SecretStr
 from slack_sdk.webhook import WebhookClient
 
 from slaguard.guard.events import IncidentEvent
 from slaguard.notify.base import DeliveryResult, retryable_status
 from slaguard.notify.messaging import MessageLinks, build_message
-from slaguard.notify.retry import slack_retry_handlers
+from slaguard.notify.redact import Redactor, failed, redacting_logger
+from slaguard.notify.retry import retry_after_s, slack_retry_handlers
 
 
 class SlackWebhookNotifier:
@@ -32,55 +30,32 @@ class SlackWebhookNotifier:
         timeout_s: int = 10,
     ) -> None:
         self.links = links or MessageLinks()
+        self._redact = Redactor.for_url(url.get_secret_value())
         self._client = WebhookClient(
             url.get_secret_value(),
             timeout=timeout_s,
             retry_handlers=slack_retry_handlers(max_retries, server_backoff_s),
-            logger=_redacting_logger(url.get_secret_value()),
+            logger=redacting_logger(self.name, self._redact),
         )
 
     def __repr__(self) -> str:
         return "SlackWebhookNotifier(url=**********)"
 
     def send(self, event: IncidentEvent) -> DeliveryResult:
-        """Post the message and check the status code."""
+        """Post the message and check the status code; every error is a failed result,
+        never an exception."""
         message = build_message(event, self.links)
         try:
             response = self._client.send(text=message.text, blocks=message.blocks)
-        except (URLError, OSError) as exc:
-            return DeliveryResult(False, f"webhook failed: {type(exc).__name__}", retryable=True)
+        except Exception as exc:
+            return failed("webhook", exc, self._redact)
         status = response.status_code
         if status == 200:
             return DeliveryResult(True, "posted", status_code=status)
-        retry_after = response.headers.get("Retry-After") or response.headers.get("retry-after")
         return DeliveryResult(
             False,
-            f"webhook failed: HTTP {status} {response.body[:100]}".strip(),
+            f"webhook failed: HTTP {status} {self._redact(response.body[:100])}".strip(),
             retryable=retryable_status(status),
             status_code=status,
-            retry_after_s=float(retry_after[0] if isinstance(retry_after, list) else retry_after)
-            if retry_after
-            else None,
+            retry_after_s=retry_after_s(response.headers),
         )
-
-
-class _RedactUrl(logging.Filter):
-    """slack-sdk logs the webhook URL (a secret) when it retries, at INFO."""
-
-    def __init__(self, url: str) -> None:
-        super().__init__()
-        self.url = url
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        if self.url in text:
-            record.msg, record.args = text.replace(self.url, "<webhook url>"), None
-        return True
-
-
-def _redacting_logger(url: str) -> logging.Logger:
-    """slack-sdk's webhook logger, with the URL masked in everything it logs."""
-    logger = logging.getLogger("slaguard.notify.slack_webhook.sdk")
-    logger.filters = [f for f in logger.filters if not isinstance(f, _RedactUrl)]
-    logger.addFilter(_RedactUrl(url))
-    return logger

@@ -3,8 +3,9 @@
 Every `POST` is parsed (JSON, or form fields), answered by `respond` (which a fake overrides
 to speak its protocol) and recorded with the status it was sent. `fail_next(status, times)`
 queues error answers and `down()` / `up()` toggle a 500 outage, so retry paths run over
-real HTTP; a 429 always carries `Retry-After: 1`. `wait_for_request` blocks until a matching
-request arrives or the deadline passes: no sleeping and hoping.
+real HTTP; a 429 carries `Retry-After: 1` (or the value `retry_after` is set to).
+`wait_for_request` blocks until a matching request arrives or the deadline passes: no
+sleeping and hoping.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class RecordingServer:
         self._requests: list[Recorded] = []
         self._script: deque[int] = deque()
         self._down = False
+        self.retry_after = "1"
         self._changed = threading.Condition()
 
     def respond(self, path: str, body: dict[str, Any], status: int) -> Answer:
@@ -135,7 +137,7 @@ class RecordingServer:
             scripted = self._script.popleft() if self._script else (500 if self._down else 200)
             status, sent, text = self.respond(path, body, scripted)
             if status == 429:
-                sent = {**sent, "Retry-After": "1"}
+                sent = {**sent, "Retry-After": self.retry_after}
             self._requests.append(Recorded(path, headers, body, status))
             self._changed.notify_all()
         return status, sent, text
