@@ -75,3 +75,23 @@ def test_a_blank_admin_token_is_refused_not_ignored(value: str, tmp_path: Path) 
     with pytest.raises(ServiceConfigError, match="token is empty; fix: write the token in it"):
         admin_token({"SLAGUARD_ADMIN_TOKEN_FILE": str(tmp_path / "token")})
     assert admin_token({}) is None
+
+
+@pytest.mark.parametrize(
+    "value", ["pässwörd-0123456789-abc", "0123456789 abcdef-xyz", "0123456789abcdef\tx"]
+)
+def test_an_admin_token_no_client_can_send_is_refused(value: str, tmp_path: Path) -> None:
+    """A non-ASCII token was accepted and then never authenticated (the header is latin-1)."""
+    (tmp_path / "token").write_text(value + "\n")
+    for env in (
+        {"SLAGUARD_ADMIN_TOKEN": value},
+        {"SLAGUARD_ADMIN_TOKEN_FILE": str(tmp_path / "token")},
+    ):
+        with pytest.raises(ServiceConfigError) as info:
+            admin_token(env)
+        assert str(info.value).startswith(
+            "SLAGUARD_ADMIN_TOKEN: the token must be printable ASCII (no spaces); fix:"
+        )
+        assert value not in str(info.value)
+    token = admin_token({"SLAGUARD_ADMIN_TOKEN": "0123456789abcdef-~!#$%&*+/=?^_|"})
+    assert token is not None

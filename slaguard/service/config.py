@@ -238,6 +238,12 @@ def admin_token(env: Mapping[str, str] | None = None) -> SecretStr | None:
                 raise ServiceConfigError(
                     f"{ADMIN_TOKEN_ENV}_FILE: {file_name} is empty; fix: write the token in it"
                 )
+    if value and not all("!" <= ch <= "~" for ch in value):
+        # a client sends the header as latin-1 bytes (or refuses to): such a token never matched
+        raise ServiceConfigError(
+            f"{ADMIN_TOKEN_ENV}: the token must be printable ASCII (no spaces); fix: use a "
+            "long random token (e.g. `openssl rand -hex 32`)"
+        )
     if value and len(value) < 16:
         raise ServiceConfigError(
             f"{ADMIN_TOKEN_ENV}: token shorter than 16 characters; fix: use a long random "
