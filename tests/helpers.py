@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from slaguard.fleet import Fleet, Priority, Request, build_fleet
@@ -48,3 +50,14 @@ def req(
     **kw: Any,
 ) -> Request:
     return Request(rid, prompt, gen, model, priority, deadline, **kw)
+
+
+@contextmanager
+def usual_umask() -> Iterator[None]:
+    """Umask 022 (the common default) meanwhile: a file created with no mode of its own is
+    then world-readable, which is what the file-mode tests must rule out."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)

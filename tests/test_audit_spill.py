@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import usual_umask
 
 from slaguard.audit.spill import SEGMENT_SUFFIX, SpillInUseError, SpillJournal, read_journal
 
@@ -136,3 +137,21 @@ def test_a_segment_that_cannot_be_opened_leaves_other_descriptors_alone(
         os.close(victim)
     journal.close()
     assert len(read_journal(tmp_path, 0, 100, 1 << 62).lines) == 11
+
+
+def test_the_journal_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """Segments were 0644 and the lock file 0755 (umask 022): audit records for all."""
+    with usual_umask():
+        journal = SpillJournal(tmp_path / "new" / "spill", segment_bytes=100)
+        for line in lines(20):
+            journal.append(line)
+        journal.close()
+    directory = tmp_path / "new" / "spill"
+    assert len(segments(directory)) > 1
+    modes = {p.name: p.stat().st_mode & 0o777 for p in [directory, *directory.iterdir()]}
+    assert modes == dict.fromkeys(modes, 0o600) | {"spill": 0o700}
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    SpillJournal(shared).close()  # a directory we did not create keeps its mode
+    assert shared.stat().st_mode & 0o777 == 0o755

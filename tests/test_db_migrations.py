@@ -10,8 +10,10 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from conftest import BACKENDS, create_scratch_database, drop_database, require_postgres
+from helpers import usual_umask
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.engine import URL
+from test_engine_support import AZURE_FIXTURE
 from typer.testing import CliRunner
 
 from slaguard.audit.engine import create_audit_engine, resolve_db_url
@@ -26,6 +28,8 @@ from slaguard.audit.migrate import (
 from slaguard.audit.models import Base
 from slaguard.audit.store import current_mode
 from slaguard.cli.main import app
+from slaguard.service.bootstrap import build_service
+from slaguard.service.config import load_config
 
 FIRST = "0001_audit_log"
 EXPECTED_INDEXES = {
@@ -197,3 +201,33 @@ def test_replicas_migrating_a_new_database_at_once_all_succeed() -> None:
         for engine in engines:
             engine.dispose()
         drop_database(url)
+
+
+def _modes(directory: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mode & 0o777 for p in sorted(directory.iterdir())}
+
+
+def test_an_audit_database_slaguard_creates_is_its_owners_only(tmp_path: Path) -> None:
+    """SQLite created the file (and its -wal, -shm) following the umask: 0644, every
+    decision and incident readable by any local user."""
+    runner = CliRunner()
+    for name in ("db", "sim", "serve", "existing"):
+        (tmp_path / name).mkdir()
+    kept = tmp_path / "existing" / "kept.db"
+    kept.touch()
+    kept.chmod(0o644)
+    with usual_umask():
+        for args in (
+            ["db", "upgrade", "--db", str(tmp_path / "db" / "a.db")],
+            ["simulate", "--trace", str(AZURE_FIXTURE), "--audit-db", f"{tmp_path}/sim/s.db"],
+            ["db", "upgrade", "--db", str(kept)],
+        ):
+            result = runner.invoke(app, args)
+            assert result.exit_code == 0, result.output
+        build_service(load_config(None, {"db": str(tmp_path / "serve" / "v.db")})).close()
+    for name in ("db", "sim", "serve"):
+        modes = _modes(tmp_path / name)
+        database = {m for n, m in modes.items() if n.endswith((".db", ".db-wal", ".db-shm"))}
+        spill = {m for n, m in modes.items() if n.endswith(".db.spill")}
+        assert (database, spill) == ({0o600}, set() if name == "db" else {0o700}), modes
+    assert _modes(tmp_path / "existing")["kept.db"] == 0o644  # not created by slaguard: kept

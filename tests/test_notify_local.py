@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from fakes.incidents import incident
+from helpers import usual_umask
 
 from slaguard.guard.events import IncidentState
 from slaguard.notify.console import ConsoleNotifier
@@ -29,6 +30,19 @@ def test_file_and_console_notifiers_write_the_message_json(tmp_path: Path) -> No
     stream = io.StringIO()
     assert ConsoleNotifier(stream=stream).send(incident()).ok
     assert json.loads(stream.getvalue())["incident"]["incident_id"] == "inc-300-1"
+
+
+def test_the_notify_file_is_created_for_its_owner_only(tmp_path: Path) -> None:
+    """It followed the umask: incidents, with the fleet's evidence, readable by anyone."""
+    created, existing = tmp_path / "incidents.jsonl", tmp_path / "shared.jsonl"
+    existing.touch()
+    existing.chmod(0o644)
+    with usual_umask():
+        assert FileNotifier(created).send(incident()).ok
+        assert FileNotifier(existing).send(incident()).ok
+    assert created.stat().st_mode & 0o777 == 0o600
+    assert existing.stat().st_mode & 0o777 == 0o644  # a file we did not create keeps its mode
+    assert len(existing.read_text().splitlines()) == 1
 
 
 def test_file_write_errors_are_worth_retrying(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from this package's location (editable installs and checkouts), or `$SLAGUARD_MI
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -14,8 +15,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, text
+from sqlalchemy.engine import URL
 
-from slaguard.audit.engine import shown_url
+from slaguard.audit.engine import shown_url, sqlite_path
 
 MIGRATIONS_ENV_VAR = "SLAGUARD_MIGRATIONS"
 
@@ -57,8 +59,22 @@ def known_revisions() -> set[str]:
     return {rev.revision for rev in script.walk_revisions()}
 
 
+def create_private_sqlite_file(url: URL) -> None:
+    """Create a missing SQLite file empty and owner-only, before the first connection:
+    SQLite creates it following the umask (0644: every decision and incident readable by
+    any local user) and gives its -wal and -shm files its mode. An existing file, or
+    another backend, is left alone; a file that cannot be created is SQLite's error to
+    report, on connecting."""
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        with contextlib.suppress(OSError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+
+
 def current_revision(engine: Engine) -> str | None:
-    """The revision stamped in the database, None when it was never migrated."""
+    """The revision stamped in the database, None when it was never migrated (the first
+    connection of `serve` and of the schema checks: a new SQLite file is made private)."""
+    create_private_sqlite_file(engine.url)
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
@@ -71,6 +87,7 @@ database each ran it and collided (`duplicate key ... pg_type_typname_nsp_index`
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the schema up to `revision` (creates everything on an empty database); on
     PostgreSQL one migration at a time, the others waiting and then finding it done."""
+    create_private_sqlite_file(engine.url)
     cfg = alembic_config()
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":

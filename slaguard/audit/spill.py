@@ -74,8 +74,10 @@ class SpillJournal:
         self.directory = directory
         self.segment_bytes = segment_bytes
         self.lock = threading.RLock()
-        directory.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+        # audit records are private: owner-only when we create them (an existing directory
+        # and lock file keep their modes)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._lock_fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -151,7 +153,7 @@ class SpillJournal:
             raise RuntimeError("spill journal is closed")
         path = self.directory / f"{self.end_lsn:020d}{SEGMENT_SUFFIX}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
-        fd = os.open(path, flags, 0o644)  # raising here leaves every descriptor as it was
+        fd = os.open(path, flags, 0o600)  # raising here leaves every descriptor as it was
         if self._active_fd is not None:
             self._rotated_fds.append(self._active_fd)
         self._active_fd = fd

@@ -20,6 +20,7 @@ from slaguard.audit.engine import (
 )
 from slaguard.audit.migrate import (
     SchemaNotCurrentError,
+    create_private_sqlite_file,
     current_revision,
     head_revision,
     known_revisions,
@@ -54,6 +55,8 @@ def connect(db: str | None, *, create: bool = False, option: str = "--db") -> En
     if path is not None and create and not path.parent.is_dir():
         why = "is not a directory" if path.parent.exists() else "does not exist"
         fail(f"{option}: {path.parent} {why}; fix: create the directory or pick another path")
+    if create:
+        create_private_sqlite_file(url)
     engine = create_audit_engine(url)
     try:
         with engine.connect() as conn:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from slaguard.guard.events import IncidentEvent
@@ -21,10 +22,13 @@ class FileNotifier:
         self.links = links or MessageLinks()
 
     def send(self, event: IncidentEvent) -> DeliveryResult:
-        """Append one line."""
+        """Append one line; a file we create is the owner's only (incidents carry the
+        fleet's evidence; it was world-readable under the usual umask)."""
+        line = json.dumps(message_record(event, self.links)) + "\n"
         try:
-            with self.path.open("a", encoding="utf-8") as out:
-                out.write(json.dumps(message_record(event, self.links)) + "\n")
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            with open(fd, "a", encoding="utf-8") as out:
+                out.write(line)
         except OSError as exc:
             return DeliveryResult(False, f"{self.path}: {exc.strerror or exc}", retryable=True)
         return DeliveryResult(True, f"appended to {self.path}")
