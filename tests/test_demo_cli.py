@@ -1,11 +1,16 @@
 """`slaguard demo`: the work directory is emptied only when an earlier demo made it (it
-was deleted whatever it held, so `--workdir ~` would have wiped a home directory), and
-`--routing-only` samples the fleet's own models."""
+was deleted whatever it held, so `--workdir ~` would have wiped a home directory), is
+used only when no other user can write to it, and `--routing-only` samples the fleet's own
+models."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
+import pytest
+from helpers import usual_umask
 from typer.testing import CliRunner
 
 from slaguard.cli.main import app
@@ -33,6 +38,50 @@ def test_the_demos_own_directory_is_emptied_and_a_new_one_made(tmp_path: Path) -
     empty.mkdir()
     prepare_workdir(empty)
     assert (empty / WORKDIR_MARK).is_file()
+
+
+def _refused(workdir: Path, problem: str) -> None:
+    """Refused by the demo's preparation and, as one line, by the CLI; left as it was."""
+    before = sorted(p.name for p in workdir.iterdir()) if workdir.is_dir() else None
+    with pytest.raises(RuntimeError, match=re.escape(problem)):
+        prepare_workdir(workdir)
+    result = CliRunner().invoke(app, ["demo", "--workdir", str(workdir)])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"error: --workdir: {workdir} {problem}")
+    assert result.stderr.count("\n") == 1
+    assert (sorted(p.name for p in workdir.iterdir()) if workdir.is_dir() else None) == before
+
+
+def test_a_work_directory_others_can_write_to_is_refused(tmp_path: Path) -> None:
+    """Another user made the predictable default first (`mkdir -m 777`); the demo, often
+    run as root, used it, and that user could swap the serve.yaml the demo's serve reads."""
+    shared = tmp_path / "slaguard-demo"
+    shared.mkdir()
+    shared.chmod(0o777)
+    _refused(shared, "is writable by group or others (mode 0777); fix: `chmod go-w")
+    shared.chmod(0o775)
+    _refused(shared, "is writable by group or others (mode 0775)")
+    (shared / "serve.yaml").write_text("planted")  # refused for that, not for being full
+    _refused(shared, "is writable by group or others")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    _refused(link, "is a symbolic link; fix: pass the directory it points to")
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_another_users_work_directory_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("giving a directory to another user needs root")
+    theirs = tmp_path / "slaguard-demo"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 65534, 65534)
+    _refused(theirs, "belongs to another user (uid 65534); fix: remove it or pass a directory")
+
+
+def test_a_new_work_directory_is_the_users_only(tmp_path: Path) -> None:
+    with usual_umask():
+        prepare_workdir(tmp_path / "new")
+    assert (tmp_path / "new").stat().st_mode & 0o777 == 0o700
 
 
 def test_routing_only_samples_the_fleets_own_models(tmp_path: Path) -> None:
