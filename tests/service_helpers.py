@@ -49,9 +49,9 @@ def build_test_service(tmp: Path, clock: Clock, **extra: Any) -> Service:
     return build_service(cfg, clock=clock)
 
 
-def route_request(rt: ServiceRuntime, request_id: str) -> Request:
+def route_request(rt: ServiceRuntime, request_id: str, prefix_id: str | None = None) -> Request:
     """A small 8B request with the given id."""
     return rt.request(
         model="llama3.1-8b", prompt_tokens=10, max_new_tokens=5, priority=Priority.NORMAL,
-        deadline_s=None, request_id=request_id, prefix_id=None,
+        deadline_s=None, request_id=request_id, prefix_id=prefix_id,
     )  # fmt: skip

@@ -11,6 +11,7 @@ import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import wait_for
@@ -209,3 +210,30 @@ def test_a_job_cancelled_by_the_stop_is_neither_a_failure_nor_an_error_line(
         assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     finally:
         service.close()
+
+
+def test_each_detector_publishes_the_number_it_compares_with_its_threshold(
+    tmp_path: Path,
+) -> None:
+    """`slaguard_detector_score` and `_threshold` were NaN for every detector, even while
+    hot_spot was anomalous: the runbooks' queries for them always answered NaN."""
+    clock = Clock(time.time())
+    service = build_test_service(tmp_path, clock)
+    try:
+        rt = service.runtime
+        for i in range(60):  # one prefix in 60 of 60 arrivals
+            rt.decide(route_request(rt, f"hot-{i}", prefix_id="the-hot-prompt"))
+        asyncio.run(_evaluated(service, clock.now))
+        score = rt.metrics.registry.get_sample_value
+        assert score("slaguard_detector_score", {"detector": "hot_spot"}) == pytest.approx(1.0)
+        assert score("slaguard_detector_threshold", {"detector": "hot_spot"}) == 0.2
+        assert score("slaguard_detector_threshold", {"detector": "ttft_zscore"}) == 3.5
+        assert score("slaguard_detector_threshold", {"detector": "rollout_compare"}) == 1.05
+        assert score("slaguard_detector_threshold", {"detector": "cold_start"}) == 1.0
+    finally:
+        service.close()
+
+
+async def _evaluated(service: Any, now_s: float) -> None:
+    await service.runtime.modes.sync(now_s)
+    await service.runtime.modes.evaluate(now_s)

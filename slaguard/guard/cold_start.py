@@ -155,15 +155,19 @@ class ColdStartDetector:
             "min_samples": c.min_samples,
         }
         if not judged:
-            return DetectorReport(NAME, Status.INSUFFICIENT, evidence=evidence)
+            return DetectorReport(NAME, Status.INSUFFICIENT, evidence=evidence, threshold=1.0)
         verdicts = [
             self._verdict(k, y, now_s)
             for k, y in sorted(judged.items())
             if y.ttft.alarm or y.sla.alarm
         ]
-        return DetectorReport(
-            NAME, Status.ANOMALOUS if verdicts else Status.OK, tuple(verdicts), evidence
+        # the Page-Hinkley statistics over their thresholds: an alarm is above 1
+        score = max(
+            max(y.ttft.statistic / y.ttft.threshold, y.sla.statistic / y.sla.threshold)
+            for y in judged.values()
         )
+        status = Status.ANOMALOUS if verdicts else Status.OK
+        return DetectorReport(NAME, status, tuple(verdicts), evidence, score, 1.0)
 
     def _verdict(self, key: str, young: _Young, now_s: float) -> Verdict:
         c = self.config

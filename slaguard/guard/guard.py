@@ -137,7 +137,9 @@ class Guard:
         if report.detector != rollout_compare.NAME or self.state.mode.kind is ModeKind.ROLLOUT:
             return report
         evidence = report.evidence | {"gray_stage": False}
-        return DetectorReport(report.detector, Status.INSUFFICIENT, evidence=evidence)
+        return DetectorReport(
+            report.detector, Status.INSUFFICIENT, evidence=evidence, threshold=report.threshold
+        )
 
     def _verdict_events(
         self, now_s: float, reports: tuple[DetectorReport, ...], trips: list[Verdict]

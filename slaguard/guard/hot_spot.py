@@ -60,8 +60,11 @@ class HotSpotDetector:
             "counts": "arrivals" if self._sees_arrivals else "completions",
         }
         if total < c.min_effective_samples:
-            return DetectorReport(NAME, Status.INSUFFICIENT, evidence=evidence)
+            return DetectorReport(
+                NAME, Status.INSUFFICIENT, evidence=evidence, threshold=c.trip_share
+            )
         top = self._sketch.top(now_s, 3)
+        top_share = top[0].lower_bound / total if top else 0.0
         evidence["top_prefixes"] = [
             {
                 "prefix": h.item[:80],
@@ -70,8 +73,10 @@ class HotSpotDetector:
             }
             for h in top
         ]
-        if not top or top[0].lower_bound / total < c.trip_share:
-            return DetectorReport(NAME, Status.OK, evidence=evidence)
+        if not top or top_share < c.trip_share:
+            return DetectorReport(
+                NAME, Status.OK, evidence=evidence, score=top_share, threshold=c.trip_share
+            )
         hot = top[0]
         share = hot.lower_bound / total
         summary = (
@@ -87,4 +92,4 @@ class HotSpotDetector:
             now_s,
             evidence | {"share": round(share, 4)},
         )
-        return DetectorReport(NAME, Status.ANOMALOUS, (verdict,), evidence)
+        return DetectorReport(NAME, Status.ANOMALOUS, (verdict,), evidence, share, c.trip_share)

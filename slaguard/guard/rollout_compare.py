@@ -85,14 +85,15 @@ class RolloutCompareDetector:
             "window_s": c.window_s,
         }
         if min(n_l, n_rr) < c.min_samples_per_arm:
-            return DetectorReport(NAME, Status.INSUFFICIENT, evidence=evidence)
+            return DetectorReport(NAME, Status.INSUFFICIENT, evidence=evidence, threshold=c.ratio)
         rate_l, rate_rr = miss_l / n_l, miss_rr / n_rr
+        ratio = rate_l / rate_rr if rate_rr > 0 else (math.inf if rate_l > 0 else None)
         z = excess_z(miss_l, n_l, miss_rr, n_rr, c.ratio)
         evidence["learned"]["violation_rate"] = round(rate_l, 5)
         evidence["round_robin"]["violation_rate"] = round(rate_rr, 5)
         evidence["excess_z"] = round(z, 3)
         if not (should_roll_back(rate_l, rate_rr, c.ratio) and z >= c.z_margin):
-            return DetectorReport(NAME, Status.OK, evidence=evidence)
+            return DetectorReport(NAME, Status.OK, (), evidence, ratio, c.ratio)
         summary = (
             f"learned arm violates the SLA at {rate_l:.2%} vs round-robin {rate_rr:.2%} "
             f"(> x{c.ratio}, excess Z {z:.2f} >= {c.z_margin}; {n_l} vs {n_rr} requests)"
@@ -100,4 +101,4 @@ class RolloutCompareDetector:
         verdict = Verdict(
             NAME, Action.TRIP, "arm:learned", Severity.CRITICAL, summary, now_s, evidence
         )
-        return DetectorReport(NAME, Status.ANOMALOUS, (verdict,), evidence)
+        return DetectorReport(NAME, Status.ANOMALOUS, (verdict,), evidence, ratio, c.ratio)

@@ -167,7 +167,9 @@ class TtftZscoreDetector:
         if len(p99s) < c.min_scored_targets:
             self._zscores = {}
             status = Status.ANOMALOUS if tier_verdicts else Status.INSUFFICIENT
-            return DetectorReport(NAME, status, tuple(tier_verdicts), evidence=gate)
+            return DetectorReport(
+                NAME, status, tuple(tier_verdicts), evidence=gate, threshold=c.z_threshold
+            )
         sigma = float(np.median(spreads)) if spreads else 0.0
         scores = self._score(now_s, p99s, counts, {t: f * sigma for t, f in noise.items()})
         self._zscores = {t: s.z for t, s in scores.items()}
@@ -179,7 +181,9 @@ class TtftZscoreDetector:
             anomalous = score is not None and score.z >= c.z_threshold
             self._targets[target].baseline.update(now_s, p99, anomalous)
         trips = any(v.action is Action.TRIP for v in verdicts)
-        return DetectorReport(NAME, Status.ANOMALOUS if trips else Status.OK, tuple(verdicts), gate)
+        status = Status.ANOMALOUS if trips else Status.OK
+        top = max(self._zscores.values(), default=None)  # the highest per-target Z
+        return DetectorReport(NAME, status, tuple(verdicts), gate, top, c.z_threshold)
 
     def _log_spread(self, target: str) -> float:
         """Sigma of log TTFT from the target's interquartile range."""

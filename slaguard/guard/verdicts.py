@@ -69,6 +69,10 @@ class DetectorReport:
     status: Status
     verdicts: tuple[Verdict, ...] = ()
     evidence: JsonDict = field(default_factory=dict)
+    score: float | None = None
+    """The headline number the detector compares with `threshold` (published as
+    `slaguard_detector_score`); None when it judged nothing."""
+    threshold: float | None = None
 
     @property
     def trips(self) -> tuple[Verdict, ...]:

@@ -304,13 +304,11 @@ class ReplicaModes:
             ev = report.evidence
             if report.detector == rollout_compare.NAME:
                 self._publish_arm_ratios(ev)
-            score = ev.get("score", ev.get("share", math.nan))
-            limit = ev.get("threshold", math.nan)
             self.metrics.record_verdict(
                 report.detector,
                 report.status.value,
-                float(score) if isinstance(score, int | float) else math.nan,
-                float(limit) if isinstance(limit, int | float) else math.nan,
+                math.nan if report.score is None else report.score,
+                math.nan if report.threshold is None else report.threshold,
             )
 
     def _publish_arm_ratios(self, evidence: JsonDict) -> None:
