@@ -224,3 +224,33 @@ def test_a_batch_with_13_field_samples_still_reads() -> None:
     text = '{"r":"old","at":1000.0,"s":[' + row + '],"f":[],"a":[]}'
     samples, _ = decode_batch(text, 1001.0, "new")
     assert samples[0].ttft_observed  # type: ignore[union-attr]
+
+
+def test_a_new_leader_keeps_the_demotions_of_the_last_one(engine: Engine) -> None:
+    """The new leader's detectors start empty: it published no demotion, and a target
+    still 5x slow got its full share back for ~50 s until it was demoted again."""
+    a, b = _replicas(engine)
+    try:
+        now = 1_000.0
+        assert a.sync(now).leader and not b.sync(now).leader
+        for tick in range(1, 121):  # 12 s: 6 s normal, then the H200 8x slower
+            now += 0.1
+            for i, card in enumerate(CARDS):
+                slow = tick > 60 and card == "h200"
+                ttft = 0.05 * (8.0 if slow else 1.0) * (1.0 + 0.05 * ((tick + i) % 4))
+                b.observe(GuardSample(now, f"{card}-8b", card, MODEL, True, 1.0, ttft))
+            if tick % 5 == 0:
+                a.sync(now)
+                b.sync(now)
+            if tick % 10 == 0:
+                a.evaluate(now)
+        a.sync(now)
+        assert a.router.demoted == {SLOW}
+        a.close()  # the leader goes; b takes over with no samples of its own
+        now += 1.0
+        assert b.sync(now).leader
+        b.evaluate(now)
+        assert b.router.demoted == {SLOW}
+    finally:
+        a.close()
+        b.close()

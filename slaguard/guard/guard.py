@@ -19,6 +19,7 @@ Driver contract (the simulator on simulated time, the service on wall time):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 from slaguard.guard import modes, rollout_compare
@@ -98,6 +99,10 @@ class Guard:
     def jitter_zscores(self) -> dict[str, float]:
         """Per-target TTFT Z-scores for the router's jitter term (thin targets absent)."""
         return self.ttft.zscores()
+
+    def inherit_demotions(self, targets: Iterable[str]) -> None:
+        """Take over a previous leader's demotions (see `TtftZscoreDetector`)."""
+        self.ttft.inherit_demotions(targets)
 
     def demoted_targets(self) -> set[str]:
         """Targets the router should demote to low-priority / fallback traffic."""

@@ -14,6 +14,9 @@ log = logging.getLogger(__name__)
 
 ROUTER_MAX_AGE_S = 3.0
 """Router inputs published longer ago than this (a leader gone quiet) are dropped."""
+INHERIT_MAX_AGE_S = 300.0
+"""A new leader takes the last leader's demotions if they are younger than this (the TTFT
+window): its predecessor may have died seconds before the lease passed on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,13 +33,20 @@ class RouterInputs:
         return json.dumps(body, separators=(",", ":"))
 
     @classmethod
-    def from_text(cls, text: str | None, now_s: float, own_id: str) -> RouterInputs:
-        """What another replica published; empty when absent, ours, stale or unreadable."""
+    def from_text(
+        cls,
+        text: str | None,
+        now_s: float,
+        own_id: str | None,
+        max_age_s: float = ROUTER_MAX_AGE_S,
+    ) -> RouterInputs:
+        """What another replica published (`own_id` None: anyone); empty when absent,
+        ours, older than `max_age_s` or unreadable."""
         if not text:
             return cls()
         try:
             body = json.loads(text)
-            if body["replica"] == own_id or now_s - float(body["at"]) > ROUTER_MAX_AGE_S:
+            if body["replica"] == own_id or now_s - float(body["at"]) > max_age_s:
                 return cls()
             z = {str(t): float(v) for t, v in body["jitter_z"].items()}
             return cls(z, frozenset(str(t) for t in body["demoted"]))

@@ -45,7 +45,7 @@ from slaguard.guard.leader import LeaderLease
 from slaguard.guard.manual import ManualAction, ManualOutcome, apply_manual
 from slaguard.guard.modes import ModeState, ModeTransition, TransitionKind
 from slaguard.guard.persist import EventPersister
-from slaguard.guard.router_inputs import RouterInputs
+from slaguard.guard.router_inputs import INHERIT_MAX_AGE_S, RouterInputs
 from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.guard.store import FleetStateMissingError, GuardStore
 from slaguard.guard.verdicts import DetectorReport, Verdict
@@ -330,6 +330,8 @@ class GuardReplica:
             self.reports = ()
             return
         self.guard.incidents.current = self.incidents.restore()
+        last = RouterInputs.from_text(self.lease.latest(), now_s, None, INHERIT_MAX_AGE_S)
+        self.guard.inherit_demotions(last.demoted)  # the last leader's, as published
         st = self.guard.state
         if st.mode.kind is ModeKind.ROUND_ROBIN and st.entered_by is TransitionKind.TRIP:
             self.guard.breaker = BreakerState(BreakerPhase.OPEN, opened_at_s=st.since_s)

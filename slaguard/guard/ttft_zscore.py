@@ -90,6 +90,8 @@ class TtftZscoreDetector:
         self._tier_test = TierTest(c, NAME)
         self._targets: dict[str, _TargetState] = {}
         self._zscores: dict[str, float] = {}
+        self._inherited: set[str] = set()
+        """Targets a previous leader had demoted and this detector has not seen yet."""
 
     def observe(self, sample: GuardSample) -> None:
         """Record one TTFT; samples without a measured TTFT are skipped, never read as 0,
@@ -120,7 +122,20 @@ class TtftZscoreDetector:
     def _target(self, target_id: str, card_type: str, model_id: str) -> None:
         if target_id not in self._targets:
             baseline = LogBaseline(self.config.baseline_tau_s, self.config.baseline_max_freeze_s)
-            self._targets[target_id] = _TargetState(card_type, model_id, baseline)
+            demoted = target_id in self._inherited
+            self._inherited.discard(target_id)
+            self._targets[target_id] = _TargetState(card_type, model_id, baseline, demoted=demoted)
+
+    def inherit_demotions(self, targets: Iterable[str]) -> None:
+        """A new leader starts with the previous one's demotions: each holds until this
+        detector's own scores restore it (`restore_after_s` of normal TTFT), so a slow
+        target does not get full traffic back while the new leader's windows fill."""
+        for target in targets:
+            state = self._targets.get(target)
+            if state is None:
+                self._inherited.add(target)
+            else:
+                state.demoted = True
 
     def rebaseline(self) -> None:
         """Forget every per-target baseline: the fleet's routing policy changed, which moves
@@ -138,7 +153,7 @@ class TtftZscoreDetector:
 
     def demoted(self) -> set[str]:
         """Targets currently demoted."""
-        return {t for t, s in self._targets.items() if s.demoted}
+        return {t for t, s in self._targets.items() if s.demoted} | self._inherited
 
     def evaluate(self, now_s: float) -> DetectorReport:
         """Score every target with enough data; return demotions, restorations and trips."""
