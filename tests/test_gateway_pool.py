@@ -1,10 +1,14 @@
-"""Streams whose clients stopped reading must not starve the telemetry scraper."""
+"""The gateway with streams in flight: clients that stopped reading must not starve the
+telemetry scraper, and a stop that cuts streams is not logged as a crash."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
@@ -12,11 +16,50 @@ import yaml
 from slaguard.emulator.app import create_emulator_app
 from slaguard.fleet import build_fleet
 from slaguard.service.app import create_app
-from slaguard.service.bootstrap import build_service
+from slaguard.service.bootstrap import Service, build_service
 from slaguard.service.config import load_config
 from slaguard.service.local import ServerThread
 
 MODEL = "llama3.1-8b"
+LONG_CHAT = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": "hi"}],
+    "max_tokens": 5_000,  # ~40 s of streaming from the emulator at speed 1
+    "stream": True,
+}
+
+
+@contextmanager
+def _one_backend_service(tmp: Path, **extra: Any) -> Iterator[tuple[Service, Any]]:
+    """One emulated H100 (speed 1) behind a service that scrapes it every 100 ms."""
+    target = build_fleet({"targets": [{"id": "h100", "model": MODEL, "card": "h100"}]})
+    with ServerThread(create_emulator_app(target.targets[0], speedup=1.0)) as emulator:
+        fleet = {
+            "targets": [{"id": "h100-8b", "model": MODEL, "card": "h100", "url": emulator.url}]
+        }
+        (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+        cfg = load_config(None, {
+            "fleet": tmp / "fleet.yaml", "db": str(tmp / "audit.db"),
+            "telemetry": {"scrape_interval_s": 0.1, "stale_after_s": 1.0},
+            "notify_file": tmp / "incidents.jsonl", **extra,
+        })  # fmt: skip
+        service = build_service(cfg)
+        try:
+            yield (
+                service,
+                create_app(service.runtime, admin_token=None, readiness=service.readiness),
+            )
+        finally:
+            service.close()
+
+
+def _streaming(held: httpx.Response) -> Iterator[bytes]:
+    """The stream, three chunks in: it holds a backend connection. Keep the iterator:
+    once it is collected, httpx closes the stream."""
+    chunks = held.iter_raw()
+    for _ in range(3):
+        next(chunks)
+    return chunks
 
 
 def _fresh(client: httpx.Client) -> bool:
@@ -30,36 +73,21 @@ def test_the_scraper_keeps_scraping_while_every_gateway_connection_is_held(
     """The scraper shared the gateway's pool: with every connection held by a stream its
     client had stopped reading, scrapes timed out, the picture went stale and routing
     answered no_capacity until those clients left."""
-    target = build_fleet({"targets": [{"id": "h100", "model": MODEL, "card": "h100"}]})
-    with ServerThread(create_emulator_app(target.targets[0], speedup=1.0)) as emulator:
-        fleet = {
-            "targets": [{"id": "h100-8b", "model": MODEL, "card": "h100", "url": emulator.url}]
-        }
-        (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet))
-        cfg = load_config(None, {
-            "fleet": tmp_path / "fleet.yaml", "db": str(tmp_path / "audit.db"),
-            "telemetry": {"scrape_interval_s": 0.1, "stale_after_s": 1.0},
-            "gateway": {"max_connections": 1}, "notify_file": tmp_path / "incidents.jsonl",
-        })  # fmt: skip
-        service = build_service(cfg)
-        app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
-        try:
-            with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=30) as c:
-                chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                        "max_tokens": 5_000, "stream": True}  # fmt: skip
-                with c.stream("POST", "/v1/chat/completions", json=chat) as held:
-                    assert held.status_code == 200
-                    chunks = held.iter_raw()
-                    for _ in range(3):  # the stream now holds the pool's one connection
-                        next(chunks)
-                    fresh = []
-                    watched_until = time.monotonic() + 1.5  # past stale_after_s (1 s)
-                    while time.monotonic() < watched_until:
-                        fresh.append(_fresh(c))
-                        time.sleep(0.1)
-                assert all(fresh), c.get("/v1/status").json()["targets"]
-        finally:
-            service.close()
+    with (
+        _one_backend_service(tmp_path, gateway={"max_connections": 1}) as (_, app),
+        ServerThread(app) as server,
+        httpx.Client(base_url=server.url, timeout=30) as c,
+    ):
+        with c.stream("POST", "/v1/chat/completions", json=LONG_CHAT) as held:
+            assert held.status_code == 200
+            streaming = _streaming(held)
+            fresh = []
+            watched_until = time.monotonic() + 1.5  # past stale_after_s (1 s)
+            while time.monotonic() < watched_until:
+                fresh.append(_fresh(c))
+                time.sleep(0.1)
+            assert streaming is not None  # held to here
+        assert all(fresh), c.get("/v1/status").json()["targets"]
 
 
 def test_a_stream_cut_by_the_stop_is_one_warning_not_an_error_traceback(
@@ -71,32 +99,16 @@ def test_a_stream_cut_by_the_stop_is_one_warning_not_an_error_traceback(
     handler = logging.Handler()
     handler.emit = records.append  # type: ignore[method-assign]
     uvicorn_log = logging.getLogger("uvicorn")
-    target = build_fleet({"targets": [{"id": "h100", "model": MODEL, "card": "h100"}]})
     try:
-        with ServerThread(create_emulator_app(target.targets[0], speedup=1.0)) as emulator:
-            fleet = {
-                "targets": [{"id": "h100-8b", "model": MODEL, "card": "h100", "url": emulator.url}]
-            }
-            (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet))
-            cfg = load_config(None, {
-                "fleet": tmp_path / "fleet.yaml", "db": str(tmp_path / "audit.db"),
-                "telemetry": {"scrape_interval_s": 0.1, "stale_after_s": 1.0},
-                "notify_file": tmp_path / "incidents.jsonl",
-            })  # fmt: skip
-            service = build_service(cfg)
-            app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
+        with _one_backend_service(tmp_path) as (_, app):
             server = ServerThread(app).start()
             server.server.config.timeout_graceful_shutdown = 0.5
             uvicorn_log.addHandler(handler)  # after uvicorn configured its logging
-            chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                    "max_tokens": 5_000, "stream": True}  # fmt: skip
             c = httpx.Client(base_url=server.url, timeout=30)
-            with c, c.stream("POST", "/v1/chat/completions", json=chat) as held:
-                chunks = held.iter_raw()
-                for _ in range(3):  # the answer streams from the backend
-                    next(chunks)
+            with c, c.stream("POST", "/v1/chat/completions", json=LONG_CHAT) as held:
+                streaming = _streaming(held)
                 server.stop()
-            service.close()
+                assert streaming is not None
     finally:
         uvicorn_log.removeHandler(handler)
     cut = [r for r in records if "cut by the stop" in r.getMessage()]

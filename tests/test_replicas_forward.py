@@ -97,6 +97,24 @@ def _replicas(engine: Engine) -> tuple[GuardReplica, GuardReplica]:
     return a, b
 
 
+def _h200_slowing_down_through(
+    follower: GuardReplica, leader: GuardReplica, now: float, ticks: int
+) -> Iterator[float]:
+    """100 ms ticks of traffic through `follower`: 6 s normal, then the H200 8x slower;
+    both replicas sync every 500 ms; yields the time every second (to evaluate)."""
+    for tick in range(1, ticks + 1):
+        now += 0.1
+        for i, card in enumerate(CARDS):
+            slow = tick > 60 and card == "h200"
+            ttft = 0.05 * (8.0 if slow else 1.0) * (1.0 + 0.05 * ((tick + i) % 4))
+            follower.observe(GuardSample(now, f"{card}-8b", card, MODEL, True, 1.0, ttft))
+        if tick % 5 == 0:
+            leader.sync(now)
+            follower.sync(now)
+        if tick % 10 == 0:
+            yield now
+
+
 def test_the_leader_demotes_a_target_only_the_follower_saw(engine: Engine) -> None:
     """All the traffic goes through the follower: 6 s normal, then the H200 8x slower.
     The follower's samples reach the leader's detectors through the spool at each sync,
@@ -105,23 +123,14 @@ def test_the_leader_demotes_a_target_only_the_follower_saw(engine: Engine) -> No
     assert isinstance(b.lease, FileLeaderLease)
     spool = b.lease.spool.path
     try:
-        now = 1_000.0
-        assert a.sync(now).leader and not b.sync(now).leader
+        start = now = 1_000.0
+        assert a.sync(start).leader and not b.sync(start).leader
         demoted_at = None
-        for tick in range(1, 201):  # 20 s in 100 ms steps
-            now += 0.1
-            for i, card in enumerate(CARDS):
-                slow = tick > 60 and card == "h200"
-                ttft = 0.05 * (8.0 if slow else 1.0) * (1.0 + 0.05 * ((tick + i) % 4))
-                b.observe(GuardSample(now, f"{card}-8b", card, MODEL, True, 1.0, ttft))
-            if tick % 5 == 0:
-                a.sync(now)
-                b.sync(now)
-            if tick % 10 == 0:
-                assert b.evaluate(now) == []
-                a.evaluate(now)
-                if demoted_at is None and a.router.demoted == {SLOW}:
-                    demoted_at = now
+        for now in _h200_slowing_down_through(b, a, start, ticks=200):
+            assert b.evaluate(now) == []
+            a.evaluate(now)
+            if demoted_at is None and a.router.demoted == {SLOW}:
+                demoted_at = now
         assert b.stats.forwarded_out == 800 and a.stats.forwarded_in == 800
         assert demoted_at is not None and demoted_at - 1_006.0 <= 4.0, demoted_at
         assert list(spool.glob("*.batch")) == []  # the leader took every batch
@@ -231,19 +240,10 @@ def test_a_new_leader_keeps_the_demotions_of_the_last_one(engine: Engine) -> Non
     still 5x slow got its full share back for ~50 s until it was demoted again."""
     a, b = _replicas(engine)
     try:
-        now = 1_000.0
-        assert a.sync(now).leader and not b.sync(now).leader
-        for tick in range(1, 121):  # 12 s: 6 s normal, then the H200 8x slower
-            now += 0.1
-            for i, card in enumerate(CARDS):
-                slow = tick > 60 and card == "h200"
-                ttft = 0.05 * (8.0 if slow else 1.0) * (1.0 + 0.05 * ((tick + i) % 4))
-                b.observe(GuardSample(now, f"{card}-8b", card, MODEL, True, 1.0, ttft))
-            if tick % 5 == 0:
-                a.sync(now)
-                b.sync(now)
-            if tick % 10 == 0:
-                a.evaluate(now)
+        start = now = 1_000.0
+        assert a.sync(start).leader and not b.sync(start).leader
+        for now in _h200_slowing_down_through(b, a, start, ticks=120):
+            a.evaluate(now)
         a.sync(now)
         assert a.router.demoted == {SLOW}
         a.close()  # the leader goes; b takes over with no samples of its own
