@@ -3,6 +3,11 @@
 Multi-part answers (`explain`, `incident`) print every part as a table; as json they are
 one object with every part; as csv/parquet, which hold one table, they write the main
 part (explain: the candidates; incident: the per-target phases).
+
+Table cells, titles and headers hold data clients and operators wrote (request ids,
+prefix ids, reasons): each is a rich `Text` with its control characters written out,
+never parsed as markup (`[/x]` in a request id was a MarkupError) nor sent to the
+terminal raw.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ import msgspec
 import pandas as pd  # type: ignore[import-untyped]
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from slaguard.audit.service import DecisionExplanation, IncidentTimeline
+from slaguard.plaintext import visible
 
 
 class OutputFormat(StrEnum):
@@ -29,7 +36,7 @@ class OutputFormat(StrEnum):
     PARQUET = "parquet"
 
 
-def _cell(value: Any) -> str:
+def _shown(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if value is pd.NaT:
@@ -38,17 +45,24 @@ def _cell(value: Any) -> str:
         return f"{value:.4g}"
     if isinstance(value, datetime | pd.Timestamp):
         return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if isinstance(value, dict | list):
+        return msgspec.json.encode(value).decode()
     return str(value)
+
+
+def plain(value: Any) -> Text:
+    """A value as terminal text: compact, no markup, control characters written out."""
+    return Text(visible(_shown(value)))
 
 
 def frame_table(frame: pd.DataFrame, title: str) -> Table:
     """A DataFrame as a rich Table, numbers right-aligned and compact."""
-    table = Table(title=title, title_justify="left")
+    table = Table(title=plain(title), title_justify="left")
     for name in frame.columns:
         numeric = pd.api.types.is_numeric_dtype(frame[name].dtype)
-        table.add_column(str(name), justify="right" if numeric else "left")
+        table.add_column(plain(name), justify="right" if numeric else "left")
     for row in frame.itertuples(index=False):
-        table.add_row(*(_cell(v) for v in row))
+        table.add_row(*(plain(v) for v in row))
     return table
 
 
@@ -98,14 +112,11 @@ def emit_frame(frame: pd.DataFrame, fmt: OutputFormat, output: Path | None, titl
 
 
 def _pairs_table(title: str, pairs: dict[str, Any]) -> Table:
-    table = Table(title=title, title_justify="left", show_header=False)
+    table = Table(title=plain(title), title_justify="left", show_header=False)
     table.add_column("field")
     table.add_column("value")
     for key, value in pairs.items():
-        shown = value if isinstance(value, str) else _cell(value)
-        if isinstance(value, dict | list):
-            shown = msgspec.json.encode(value).decode()
-        table.add_row(key, shown)
+        table.add_row(plain(key), plain(value))
     return table
 
 
@@ -170,7 +181,7 @@ def emit_timeline(tl: IncidentTimeline, fmt: OutputFormat, output: Path | None) 
         return
     console = _console()
     console.print(_pairs_table(f"incident {tl.incident.id}", header))
-    phases = {k: f"{_cell(a)} .. {_cell(b)}" for k, (a, b) in tl.phases.items()}
+    phases = {k: f"{_shown(a)} .. {_shown(b)}" for k, (a, b) in tl.phases.items()}
     console.print(_pairs_table("phases", phases))
     console.print(frame_table(tl.mode_changes, "mode changes"))
     console.print(frame_table(tl.per_target, "per target, before / during / after"))

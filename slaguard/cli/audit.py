@@ -25,6 +25,7 @@ from slaguard.cli.db import DbOption, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.cli.output import check_output, check_writable, writing
+from slaguard.plaintext import visible
 from slaguard.scheduler.rollout import FleetMode
 
 app = typer.Typer(help="Postmortem queries over recorded routing decisions.", no_args_is_help=True)
@@ -210,9 +211,11 @@ def _warn_targets_outside(
         return
     shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
     typer.echo(
-        f"warning: capacity shares are computed on {fleet_file or 'the built-in fleet'}, "
-        f"which lacks {len(missing)} of these targets ({shown}); pass --fleet FILE, the "
-        "fleet these decisions were made on",
+        visible(
+            f"warning: capacity shares are computed on {fleet_file or 'the built-in fleet'}, "
+            f"which lacks {len(missing)} of these targets ({shown}); pass --fleet FILE, the "
+            "fleet these decisions were made on"
+        ),
         err=True,
     )
 

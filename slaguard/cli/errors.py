@@ -7,10 +7,13 @@ from typing import NoReturn
 
 import typer
 
+from slaguard.plaintext import visible
+
 USER_ERROR_EXIT = 2
 
 
 def fail(message: str, code: int = USER_ERROR_EXIT) -> NoReturn:
-    """Print `error: <message>` on stderr and exit with `code` (2 for user mistakes)."""
-    print(f"error: {message}", file=sys.stderr)
+    """Print `error: <message>` on stderr and exit with `code` (2 for user mistakes); a
+    message quoting data (a request id, a database error) stays on one inert line."""
+    print(f"error: {visible(message)}", file=sys.stderr)
     raise typer.Exit(code)

@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
+from slaguard.audit.render import plain
 from slaguard.cli.errors import fail
 from slaguard.fleet import Fleet, FleetError, load_fleet
 
@@ -29,14 +29,14 @@ def load_or_fail(path: Path | None) -> Fleet:
 def show(fleet_file: Path | None = FleetOption) -> None:
     """Validate a fleet file and print every routing target with its KV budget."""
     fleet = load_or_fail(fleet_file)
-    table = Table(title=Text(f"{fleet.name} ({fleet.source}): {len(fleet)} targets"))
+    table = Table(title=plain(f"{fleet.name} ({fleet.source}): {len(fleet)} targets"))
     for col in ("target", "model", "card", "tp", "V_h GB", "static GB", "V_kv GB", "priorities"):
         table.add_column(col, justify="right" if "GB" in col or col == "tp" else "left")
     for t in fleet:
-        table.add_row(
-            t.id,
-            t.model.id,
-            t.card.id,
+        table.add_row(  # ids come from the file: shown as written, never parsed as markup
+            plain(t.id),
+            plain(t.model.id),
+            plain(t.card.id),
             str(t.tp),
             f"{t.memory_gb:.0f}",
             f"{t.static_gb:.1f}",

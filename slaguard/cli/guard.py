@@ -41,6 +41,7 @@ from slaguard.guard.persist import EventPersister
 from slaguard.guard.queries import arm_sla, incident_list, mode_history
 from slaguard.guard.runtime import NOT_LOADED
 from slaguard.guard.store import GuardStore
+from slaguard.plaintext import visible
 
 _T = TypeVar("_T")
 ActorOption = typer.Option(None, "--actor", help="Who does this (default: the OS user).")
@@ -93,7 +94,7 @@ def _say(outcome: ManualOutcome) -> None:
     resolved = [e for e in outcome.queued if e.state.value == "resolved"]
     if resolved:
         line += f"; incident {resolved[0].incident_id} resolved (message queued for the guard)"
-    typer.echo(line)
+    typer.echo(visible(line))
 
 
 def rollback(
@@ -214,7 +215,8 @@ def status(
             f"{arm.sla_violations:>7} violations  rate {rate}"
         )
     lines.append(f"  {arms.verdict}")
-    typer.echo("\n".join(lines))
+    # reasons, actors and subjects are data: one line each, their control characters inert
+    typer.echo("\n".join(visible(line) for line in lines))
 
 
 def history(

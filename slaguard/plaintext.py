@@ -1,0 +1,24 @@
+"""Data shown on a terminal as inert text: its control characters written out.
+
+Request ids, prefix ids, subjects and reasons come from clients and operators. Printed
+raw, an ESC sequence in one clears the screen or opens a hyperlink, and a CR/LF forges
+a line; written out (`\\x1b`, `\\r`, `\\n`) they are only read.
+"""
+
+from __future__ import annotations
+
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+_CONTROL = [*range(0x00, 0x20), *range(0x7F, 0xA0)]
+"""Unicode category Cc: C0 controls, DEL and the C1 controls (0x9B is a one-byte CSI)."""
+_BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+"""Bidirectional embeddings, overrides and isolates: they reorder what the eye reads."""
+_WRITTEN_OUT = {
+    **{code: f"\\x{code:02x}" for code in _CONTROL},
+    **{code: f"\\u{code:04x}" for code in _BIDI},
+    **{ord(char): shown for char, shown in _NAMED.items()},
+}
+
+
+def visible(text: str) -> str:
+    """`text` with every control character written out as its escape, nothing else changed."""
+    return text.translate(_WRITTEN_OUT)
