@@ -69,3 +69,49 @@ def test_resolved_has_no_resume_command_and_relative_links_are_text() -> None:
     actions = [b for b in msg.blocks if b["type"] == "actions"]
     assert [e["url"] for e in actions[0]["elements"]] == ["http://localhost:3000/d/x"]
     assert "Runbook: `docs/guard.md#runbook`" in body
+
+
+HOSTILE = "9f3a<!channel> <http://evil|click> & `x` *b*\r\nfake: line"
+"""A prefix id a client chose: a channel ping, a fake link, a code span breaker, a CR/LF."""
+
+
+def test_client_text_is_escaped_everywhere_slack_parses_it() -> None:
+    event = incident(subject=f"prefix:{HOSTILE}", summary=f"prefix {HOSTILE} has 31% of traffic")
+    verdict = event.evidence["verdicts"][0]
+    verdict["evidence"] = {"shares": {HOSTILE: 0.31}, "top_prefix": HOSTILE}
+    msg = build_message(event, MessageLinks("https://grafana.example/d/guard", "docs/`rb`.md"))
+    escaped = "9f3a&lt;!channel&gt; &lt;http://evil|click&gt; &amp; "
+    in_code = f"`prefix:{escaped}ˋxˋ *b*\\r\\nfake: line`"
+    assert msg.text == (
+        f"[opened] inc-300-1 hot_spot on prefix:{escaped}`x` *b*\\r\\nfake: line: prefix "
+        f"{escaped}`x` *b*\\r\\nfake: line has 31% of traffic (mode rollout(10) -> round_robin)"
+    )
+    header, summary, facts, verdict_line, numbers, resume, buttons, links = msg.blocks
+    assert header["text"] == {
+        "type": "plain_text",
+        "text": f"Incident opened: hot_spot on prefix:{HOSTILE}".replace("\r\n", "\\r\\n"),
+        "emoji": True,
+    }
+    assert summary["text"]["text"] == (
+        f":red_circle: prefix {escaped}`x` *b*\\r\\nfake: line has 31% of traffic"
+    )
+    assert facts["fields"][2]["text"] == f"*Subject*\n{in_code}"
+    assert verdict_line["text"]["text"].startswith(f"*hot_spot* on {in_code}: prefix {escaped}")
+    assert [f["text"] for f in numbers["fields"]] == [
+        f"*shares.{escaped}`x` *b*\\r\\nfake: line*\n0.31",
+        f"*top_prefix*\n{escaped}`x` *b*\\r\\nfake: line",
+    ]
+    assert resume["text"]["text"].endswith(
+        "`slaguard resume --stage 10 --reason 'incident inc-300-1 reviewed'`"
+    )
+    assert buttons["type"] == "actions"
+    assert links["elements"][0]["text"] == "Runbook: `docs/ˋrbˋ.md`"
+    mrkdwn = [summary["text"], *facts["fields"], verdict_line["text"], *numbers["fields"]]
+    assert all(m["type"] == "mrkdwn" and m["verbatim"] is True for m in mrkdwn)
+
+
+def test_a_cut_never_leaves_half_an_escape() -> None:
+    msg = build_message(incident(summary="<" * 5000), LINKS)
+    text = msg.blocks[1]["text"]["text"]
+    assert len(text) <= SECTION_TEXT_MAX and text.endswith("&lt;…")
+    assert text == ":red_circle: " + "&lt;" * 746 + "…"

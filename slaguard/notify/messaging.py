@@ -2,6 +2,14 @@
 
 Limits: header text <= 150 chars, section text <= 3,000, <= 10 fields per section, <= 50
 blocks; a plain `text` fallback is always set (notifications and screen readers use it).
+
+Subjects, summaries and evidence carry text clients chose (a hot-spot prefix id becomes
+the subject). Slack parses `<...>` in mrkdwn and in the `text` fallback: `<!channel>`
+pinged the channel, `<http://evil|click>` drew a link, a backtick ended a code span. So
+every piece of data goes through `_mrkdwn` (Slack's `&`, `<`, `>` escapes, control
+characters written out) or `_code` (the same, its backticks made inert), and mrkdwn
+objects are `verbatim` (no auto-linked `#channel` or `@here`). The header is
+`plain_text`, which Slack shows as written: there only control characters are written out.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slaguard.guard.events import IncidentEvent, IncidentState
+from slaguard.plaintext import visible
 
 HEADER_MAX = 150
 SECTION_TEXT_MAX = 3000
@@ -43,16 +52,43 @@ class SlackMessage:
     blocks: list[Block]
 
 
+_BACKTICK_LOOKALIKE = "\u02cb"
+"""MODIFIER LETTER GRAVE ACCENT: reads like a backtick, never ends a code span."""
+
+
+def _mrkdwn(value: object) -> str:
+    """Data as mrkdwn text: shown as written, never a mention, link or second line."""
+    text = visible(str(value))
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _code(value: object) -> str:
+    """Data as an inline code span (mrkdwn has no backtick escape: a look-alike stands in)."""
+    return f"`{_mrkdwn(value).replace('`', _BACKTICK_LOOKALIKE)}`"
+
+
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """At most `limit` characters; a cut never leaves half an `&amp;`-style escape."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    amp = cut.rfind("&")
+    if amp != -1 and ";" not in cut[amp:]:
+        cut = cut[:amp]
+    return cut + "…"
 
 
-def _field(label: str, value: object) -> Block:
-    return {"type": "mrkdwn", "text": _clip(f"*{label}*\n{value}", FIELD_TEXT_MAX)}
+def _mrkdwn_object(text: str, limit: int) -> Block:
+    return {"type": "mrkdwn", "text": _clip(text, limit), "verbatim": True}
+
+
+def _field(label: str, shown: str) -> Block:
+    """`shown` is mrkdwn already (`_mrkdwn` / `_code`); `label` is escaped here."""
+    return _mrkdwn_object(f"*{_mrkdwn(label)}*\n{shown}", FIELD_TEXT_MAX)
 
 
 def _section(text: str) -> Block:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": _clip(text, SECTION_TEXT_MAX)}}
+    return {"type": "section", "text": _mrkdwn_object(text, SECTION_TEXT_MAX)}
 
 
 def resume_command(event: IncidentEvent) -> str:
@@ -81,11 +117,15 @@ def _evidence_blocks(event: IncidentEvent) -> list[Block]:
     blocks: list[Block] = []
     for verdict in list(event.evidence.get("verdicts", []))[:_VERDICT_SECTIONS_MAX]:
         blocks.append(
-            _section(f"*{verdict['detector']}* on `{verdict['subject']}`: {verdict['summary']}")
+            _section(
+                f"*{_mrkdwn(verdict['detector'])}* on {_code(verdict['subject'])}: "
+                f"{_mrkdwn(verdict['summary'])}"
+            )
         )
         numbers = _numbers(verdict.get("evidence", {}))[:FIELDS_MAX]
         if numbers:
-            blocks.append({"type": "section", "fields": [_field(k, v) for k, v in numbers]})
+            fields = [_field(k, _mrkdwn(v)) for k, v in numbers]
+            blocks.append({"type": "section", "fields": fields})
     return blocks
 
 
@@ -98,44 +138,46 @@ def _link_blocks(links: MessageLinks) -> list[Block]:
         for label, url in pairs
         if url.startswith(web)
     ]
-    others = [f"{label}: `{url}`" for label, url in pairs if not url.startswith(web)]
+    others = [f"{label}: {_code(url)}" for label, url in pairs if not url.startswith(web)]
     blocks: list[Block] = [{"type": "actions", "elements": buttons}] if buttons else []
     if others:
-        blocks.append(
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": " · ".join(others)}]}
-        )
+        context = _mrkdwn_object(" · ".join(others), SECTION_TEXT_MAX)
+        blocks.append({"type": "context", "elements": [context]})
     return blocks
 
 
 def build_message(event: IncidentEvent, links: MessageLinks) -> SlackMessage:
     """One message for one incident state change."""
-    title = f"Incident {event.state.value}: {event.detector} on {event.subject}"
+    title = visible(f"Incident {event.state.value}: {event.detector} on {event.subject}")
     header = {
         "type": "header",
         "text": {"type": "plain_text", "text": _clip(title, HEADER_MAX), "emoji": True},
     }
     facts = [
-        _field("Detector", event.detector),
-        _field("Severity", event.severity.value),
-        _field("Subject", f"`{event.subject}`"),
-        _field("Incident", f"`{event.incident_id}` (rev {event.revision})"),
-        _field("Mode before", f"`{event.mode_before}`"),
-        _field("Mode after", f"`{event.mode_after}`"),
+        _field("Detector", _mrkdwn(event.detector)),
+        _field("Severity", _mrkdwn(event.severity.value)),
+        _field("Subject", _code(event.subject)),
+        _field("Incident", f"{_code(event.incident_id)} (rev {event.revision})"),
+        _field("Mode before", _code(event.mode_before)),
+        _field("Mode after", _code(event.mode_after)),
     ]
     blocks: list[Block] = [
         header,
-        _section(f"{_ICON[event.state]} {event.summary}"),
+        _section(f"{_ICON[event.state]} {_mrkdwn(event.summary)}"),
         {"type": "section", "fields": facts},
     ]
     blocks += _evidence_blocks(event)
     if event.state is not IncidentState.RESOLVED:
         blocks.append(
-            _section(f"To resume the learned policy once it is safe:\n`{resume_command(event)}`")
+            _section(
+                f"To resume the learned policy once it is safe:\n{_code(resume_command(event))}"
+            )
         )
     blocks += _link_blocks(links)
     text = _clip(
-        f"[{event.state.value}] {event.incident_id} {event.detector} on {event.subject}: "
-        f"{event.summary} (mode {event.mode_before} -> {event.mode_after})",
+        f"[{event.state.value}] {_mrkdwn(event.incident_id)} {_mrkdwn(event.detector)} on "
+        f"{_mrkdwn(event.subject)}: {_mrkdwn(event.summary)} (mode {_mrkdwn(event.mode_before)} "
+        f"-> {_mrkdwn(event.mode_after)})",
         SECTION_TEXT_MAX,
     )
     return SlackMessage(text, blocks[:BLOCKS_MAX])
