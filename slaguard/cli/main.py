@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from slaguard.cli import audit, dashboards, db, demo, emulate, fleet, guard, serve, simulate
+from slaguard.cli.stdout import run_guarded
 
 app = typer.Typer(
     name="slaguard",
@@ -29,5 +30,5 @@ app.command("incidents")(guard.incidents)
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point; a stdout that cannot be written is one `error:` line."""
+    run_guarded(app)
