@@ -195,6 +195,11 @@ def test_bad_input_gets_one_line_and_exit_2(db: str, tmp_path: Path) -> None:
     assert "--mode: unknown fleet mode 'rollout(ten)'" in one_line_error(
         "audit", "decisions", "--db", db, "--mode", "rollout(ten)"
     )
+    # past 2**63 SQLite's driver raised OverflowError (a traceback)
+    for limit in ("99999999999999999999", "-1"):
+        assert one_line_error("audit", "decisions", "--db", db, "--limit", limit) == (
+            f"error: --limit: {limit} is not in 0..1,000,000,000; give a row count, or 0 for all\n"
+        )
     assert "--policy: unknown arm 'random'" in one_line_error(
         "audit", "decisions", "--db", db, "--policy", "random"
     )

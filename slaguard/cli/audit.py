@@ -39,12 +39,6 @@ OutputOption = typer.Option(
 SinceOption = typer.Option("-1h", "--since", help=f"Start (inclusive). {TIME_HELP}.")
 UntilOption = typer.Option("now", "--until", help="End (exclusive), same forms as --since.")
 PlotOption = typer.Option(
-    None,
-    "--plot",
-    help="Also draw TTFT p99 per target, mode switches marked, to this PNG.",
-    dir_okay=False,
-)
-PlotOption = typer.Option(
     None, "--plot", help="Also draw TTFT p99 per target, mode switches marked, to this PNG.",
     dir_okay=False,
 )  # fmt: skip
@@ -53,6 +47,8 @@ TABLE_DECISION_COLUMNS = (
     "outcome", "target_id", "ttft_s", "sla_met",
 )  # fmt: skip
 """The terminal table's columns; csv/json/parquet carry every column."""
+LIMIT_MAX = 1_000_000_000
+"""More rows than any answer holds; past 2**63 the database driver raised OverflowError."""
 
 
 def _now() -> datetime:
@@ -79,13 +75,15 @@ def decisions_command(
     model: str | None = typer.Option(None, help="Only this model id."),
     policy: str | None = typer.Option(None, help="Only this arm: round_robin or learned."),
     mode: str | None = typer.Option(None, help="Only this fleet mode, e.g. rollout(10)."),
-    limit: int = typer.Option(1000, min=0, help="At most this many rows (0: all)."),
+    limit: int = typer.Option(1000, help=f"At most this many rows, up to {LIMIT_MAX:,} (0: all)."),
     db: str | None = DbOption,
     fmt: OutputFormat = FormatOption,
     output: Path | None = OutputOption,
 ) -> None:
     """Decisions in a time range, with their outcomes, oldest first."""
     check_output(fmt, output)
+    if not 0 <= limit <= LIMIT_MAX:
+        fail(f"--limit: {limit} is not in 0..{LIMIT_MAX:,}; give a row count, or 0 for all")
     if policy is not None and policy not in POLICY_ARMS:
         fail(f"--policy: unknown arm {policy!r}; use one of {sorted(POLICY_ARMS)}")
     if mode is not None:
