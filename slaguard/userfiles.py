@@ -6,24 +6,59 @@ this module is the one place that wording lives.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+USER_FILE_MAX_BYTES = 16 * 1024 * 1024
+"""Fleet, scenario and config files are kilobytes; `--fleet /dev/zero` read until memory
+ran out, and a 2 GB file by mistake would too."""
+
 
 def read_user_text(path: Path, error: type[Exception], what: str) -> str:
-    """The file's UTF-8 text; `error` names the file and the fix when it cannot be read."""
+    """The file's UTF-8 text; `error` names the file and the fix when it cannot be read,
+    is not a regular file (a FIFO hung waiting for a writer, a device never ended) or is
+    over `USER_FILE_MAX_BYTES`."""
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without waiting
     except FileNotFoundError:
         raise error(f"{path}: file not found; fix: pass an existing {what}") from None
-    except IsADirectoryError:
-        raise error(f"{path}: is a directory; fix: pass a {what}, not a folder") from None
-    except UnicodeDecodeError:
-        raise error(f"{path}: not UTF-8 text; fix: save the {what} as UTF-8") from None
     except OSError as exc:
         raise error(f"{path}: cannot read ({exc.strerror}); fix: check permissions") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise error(f"{path}: is a directory; fix: pass a {what}, not a folder")
+        if not stat.S_ISREG(mode):
+            raise error(
+                f"{path}: not a regular file (a device, pipe or socket); fix: pass a {what} "
+                "saved on disk"
+            )
+        data = _read_at_most(fd, USER_FILE_MAX_BYTES + 1)
+    except OSError as exc:
+        raise error(f"{path}: cannot read ({exc.strerror}); fix: check permissions") from None
+    finally:
+        os.close(fd)
+    if len(data) > USER_FILE_MAX_BYTES:
+        raise error(
+            f"{path}: larger than {USER_FILE_MAX_BYTES >> 20} MB; fix: pass the {what}, "
+            "which is a few kilobytes of YAML"
+        )
+    try:
+        return data.decode("utf-8")  # PyYAML reads CR and CRLF line breaks as LF
+    except UnicodeDecodeError:
+        raise error(f"{path}: not UTF-8 text; fix: save the {what} as UTF-8") from None
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    while limit > 0 and (chunk := os.read(fd, min(limit, 1 << 20))):
+        chunks.append(chunk)
+        limit -= len(chunk)
+    return b"".join(chunks)
 
 
 def yaml_error_line(exc: yaml.YAMLError) -> int | None:
