@@ -7,6 +7,7 @@ import io
 import json
 import shutil
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import matplotlib.image
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
 from slaguard.audit.sample import SICK_TARGET, load_run, synthetic_run
+from slaguard.audit.timeargs import TIME_HELP, parse_time
 from slaguard.cli.main import app
 
 START_S = 1_796_000_000.0
@@ -188,6 +190,11 @@ def test_bad_input_gets_one_line_and_exit_2(db: str, tmp_path: Path) -> None:
     assert "--before: cannot read '1ms' as a duration" in one_line_error(
         "audit", "incident", "1", "--before", "1ms", "--db", db
     )
+    # pandas read 02/03/2026 US-style (3 February), silently
+    assert one_line_error("audit", "decisions", "--db", db, "--since", "02/03/2026") == (
+        f"error: --since: cannot read '02/03/2026' as a time; use {TIME_HELP}; dates are "
+        "YYYY-MM-DD (slashes put day and month in either order)\n"
+    )
     # pandas reads 'today' as this machine's local time, which was then labelled UTC
     assert "--since: cannot read 'today' as a time" in one_line_error(
         "audit", "decisions", "--db", db, "--since", "today"
@@ -259,3 +266,27 @@ def test_an_empty_window_is_an_empty_answer_not_a_traceback(db: str, tmp_path: P
     assert result.exit_code == 0 and "held_round_robin" in result.stdout
     assert result.stderr.startswith("note: no decisions 2026-11-30 00:"), result.stderr
     assert result.stderr.endswith("pruned, or routed into another database (--db)\n")
+
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "moment"),
+    [
+        ("2026-03-02", datetime(2026, 3, 2, tzinfo=UTC)),
+        ("2026-03-02T14:05Z", datetime(2026, 3, 2, 14, 5, tzinfo=UTC)),
+        ("2026-03-02 14:05:09.5", datetime(2026, 3, 2, 14, 5, 9, 500000, tzinfo=UTC)),
+        ("2026-03-02T14:05+05:30", datetime(2026, 3, 2, 8, 35, tzinfo=UTC)),
+        ("-90m", datetime(2026, 11, 30, 10, 30, tzinfo=UTC)),
+        ("now", NOW),
+    ],
+)
+def test_iso_8601_and_relative_times_are_read(text: str, moment: datetime) -> None:
+    assert parse_time(text, "--since", NOW) == moment
+
+
+@pytest.mark.parametrize("text", ["02/03/2026", "2026/03/02", "Mar 2 2026", "20260302", "2 March"])
+def test_other_time_forms_are_refused_not_guessed(text: str) -> None:
+    with pytest.raises(ValueError, match=r"^--until: cannot read '.*' as a time; use ISO 8601"):
+        parse_time(text, "--until", NOW)

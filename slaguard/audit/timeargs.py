@@ -1,7 +1,9 @@
 """Time arguments for `slaguard audit`: ISO 8601 or relative to now (`-2h`, `-30m`, `-7d`).
 
-Parsing is pandas' (`Timestamp`, `Timedelta`); this module only adds the leading-minus
-convention, UTC for zone-less input, and one-line errors naming the option.
+Parsing is pandas' (`Timestamp`, `Timedelta`); this module adds the leading-minus
+convention, UTC for zone-less input, one-line errors naming the option, and the forms
+let through to pandas: ISO 8601 only (pandas read `02/03/2026` US-style as 3 February,
+silently, and words like `today` in the machine's local time).
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ import pandas as pd  # type: ignore[import-untyped]
 _DAY_WEEK_UNIT = re.compile(r"(?<=\d)\s*([dw])(?![a-z])")
 _BARE_DURATION = re.compile(r"(\d+(\.\d+)?\s*[a-zA-Z]+\s*)+")
 _DURATION = re.compile(r"(\d+(\.\d+)?\s*(w|d|h|min|m|s)\s*)+")
+_ISO_TIME = re.compile(
+    r"\d{4}-\d{2}-\d{2}"  # date; then optional hours, minutes, seconds, fraction, zone
+    r"([Tt ]\d{2}(:\d{2}(:\d{2}([.,]\d+)?)?)?([Zz]|[+-]\d{2}(:?\d{2})?)?)?"
+)
 TIME_HELP = "ISO 8601 (2026-11-29T14:00Z; no zone means UTC), 'now', or relative: -2h, -30m, -7d"
 
 
@@ -55,9 +61,12 @@ def parse_time(text: str, option: str, now: datetime) -> datetime:
             f"{option}: {text!r} is a duration, not a time; for {stripped} before now "
             f"write -{stripped}"
         )
-    if stripped.isalpha():
-        # pandas reads 'today' as this machine's local time, then labelled UTC here
-        raise ValueError(f"{option}: cannot read {text!r} as a time; use {TIME_HELP}")
+    if not _ISO_TIME.fullmatch(stripped):
+        slashes = "; dates are YYYY-MM-DD (slashes put day and month in either order)"
+        raise ValueError(
+            f"{option}: cannot read {text!r} as a time; use {TIME_HELP}"
+            f"{slashes if '/' in text else ''}"
+        )
     try:
         stamp = pd.Timestamp(stripped)
     except (ValueError, TypeError):
