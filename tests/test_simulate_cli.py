@@ -242,3 +242,17 @@ def test_a_scenario_that_would_not_act_as_written_is_warned_about(tmp_path: Path
         app, ["simulate", "--trace", str(AZURE_FIXTURE), "--faults", str(nothing)]
     )
     assert f"warning: {nothing}: no `faults:` entries: the run has no faults" in result.stderr
+
+
+def test_a_trace_path_is_printed_as_written(tmp_path: Path) -> None:
+    """A path is not rich markup (`[/b]` was a MarkupError) nor a terminal escape."""
+    trace = tmp_path / "q[" / "b]\x1b[2J.csv"  # the path reads `.../q[/b]...`
+    trace.parent.mkdir()
+    trace.write_bytes(AZURE_FIXTURE.read_bytes())
+    args = ["simulate", "--trace", str(trace), "--policy", "round-robin"]
+    result = runner.invoke(app, args, env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(
+        f"round-robin on {tmp_path}/q[/b]\\x1b[2J.csv: 200 requests (200 completed, "
+    )
+    assert "\x1b" not in result.stdout

@@ -10,8 +10,10 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from slaguard.fleet.fleet import Fleet
+from slaguard.plaintext import visible
 from slaguard.sim.results import Results, Status
 from slaguard.sim.workload import PRIORITY_ORDER, Workload
 
@@ -118,13 +120,24 @@ def _fmt(v: float | None, scale: float = 1.0, digits: int = 3) -> str:
     return "-" if v is None else f"{v * scale:.{digits}f}"
 
 
+def _plain(value: object) -> Text:
+    """A trace path, card id, prefix id or reason: never markup (`trace[/b].csv` was a
+    MarkupError), control characters written out."""
+    return Text(visible(str(value)))
+
+
 def print_summary(report: dict[str, Any], console: Console) -> None:
     """The terminal view of a report."""
     r, sla = report["requests"], report["sla"]
     console.print(
-        f"[bold]{report['policy']}[/] on {report['trace']['path']}: {r['total']} requests "
-        f"({r['completed']} completed, {r['rejected']} rejected, {r['failed']} failed) in "
-        f"{report['sim_s']:.0f} simulated s, {report['wall_s']:.1f} s wall"
+        Text.assemble(
+            (report["policy"], "bold"),
+            _plain(
+                f" on {report['trace']['path']}: {r['total']} requests ({r['completed']} "
+                f"completed, {r['rejected']} rejected, {r['failed']} failed) in "
+                f"{report['sim_s']:.0f} simulated s, {report['wall_s']:.1f} s wall"
+            ),
+        )
     )
     head = Table(title="SLA and latency")
     for col in ("metric", "value"):
@@ -149,7 +162,7 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
         cards.add_column(col, justify="right")
     for card, v in report["by_card_type"].items():
         cards.add_row(
-            card,
+            _plain(card),
             str(v["requests"]),
             f"{v['request_share']:.1%}",
             f"{v['capacity_share']:.1%}",
@@ -163,7 +176,7 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
         for col in ("at s", "event", "detail"):
             tl.add_column(col)
         for trip in g["trips"]:
-            tl.add_row(f"{trip['at_s']:.1f}", f"trip {trip['detector']}", str(trip["subject"]))
+            tl.add_row(f"{trip['at_s']:.1f}", f"trip {trip['detector']}", _plain(trip["subject"]))
         for m in g["mode_timeline"][1:]:
-            tl.add_row(f"{m['at_s']:.1f}", f"mode -> {m['mode']}", m["reason"])
+            tl.add_row(f"{m['at_s']:.1f}", f"mode -> {m['mode']}", _plain(m["reason"]))
         console.print(tl)
