@@ -3,6 +3,7 @@ time; a closed, killed or silent holder's lock passes to the next poller."""
 
 from __future__ import annotations
 
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from conftest import libpq_url
+from helpers import usual_umask
 from sqlalchemy.engine import URL, make_url
 
 from slaguard.guard.leader import (
@@ -141,3 +143,17 @@ def test_in_memory_sqlite_is_always_its_own_leader() -> None:
     lease = lease_for(make_url("sqlite://"), "solo")
     assert isinstance(lease, SoloLease) and lease.poll() and lease.held
     assert current_leader(make_url("sqlite://")) is None
+
+
+def test_the_file_lease_and_its_spool_are_the_owners_alone(tmp_path: Path) -> None:
+    """The lock file was 0644: any local user could open it and take the flock, and no
+    replica would ever lead again."""
+    with usual_umask():
+        lease = lease_for(make_url(f"sqlite:///{tmp_path / 'audit.db'}"), "a")
+        assert isinstance(lease, FileLeaderLease) and lease.poll()
+        lease.forward(['{"r":"a","at":0,"s":[],"o":[],"f":[],"a":[]}'])
+        try:
+            assert stat.S_IMODE(lease.path.stat().st_mode) == 0o600
+            assert stat.S_IMODE(lease.spool.path.stat().st_mode) == 0o700
+        finally:
+            lease.close()

@@ -177,7 +177,7 @@ class SpoolDir:
     def put(self, texts: Iterable[str]) -> None:
         """Follower: one file per batch (best effort; nothing once the spool is full)."""
         try:
-            self.path.mkdir(exist_ok=True)
+            self.path.mkdir(mode=0o700, exist_ok=True)
             if len(os.listdir(self.path)) >= self.max_files:
                 log.debug(
                     "guard samples not forwarded: %d files wait in %s", self.max_files, self.path

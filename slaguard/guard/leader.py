@@ -294,7 +294,7 @@ class FileLeaderLease:
     def poll(self) -> bool:
         if self._fd is not None:
             return True
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # a reader could flock it
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

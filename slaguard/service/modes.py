@@ -201,9 +201,9 @@ class ReplicaModes:
             await self._delivery
 
     async def _deliver(self, now_s: float) -> None:
-        """Send due incident messages beside the detectors, not in their job: slack-sdk
-        sleeps out a 429's Retry-After in the sending thread, which stopped the guard's
-        evaluations for that long. One delivery round at a time."""
+        """Send due incident messages beside the detectors, not in their job: the Slack
+        client sleeps out a short 429 Retry-After (up to 30 s) in the sending thread, which
+        stopped the guard's evaluations for that long. One delivery round at a time."""
         try:
             delivered = await asyncio.to_thread(self.replica.deliver, now_s)
         except asyncio.CancelledError:
