@@ -71,3 +71,20 @@ def test_excess_z_is_finite_at_zero_and_full_rates() -> None:
     assert excess_z(0, 300, 300, 300, 1.05) == pytest.approx(
         -excess_z(300, 300, 0, 300, 1.05) * 1.05, rel=0.01
     )
+
+
+def test_the_arms_are_compared_over_the_same_time() -> None:
+    """After a resume the window held 5 minutes of round-robin-only traffic (1 % misses);
+    a fault then hit both arms alike (68 %) and the learned arm was blamed."""
+    det = RolloutCompareDetector()
+    for i in range(6000):  # 300 s on round-robin alone, the held period
+        det.observe(GuardSample(i * 0.05, "t", "h100", "m", i % 100 != 0, 4.0, 1.0,
+                                arm=Arm.ROUND_ROBIN))  # fmt: skip
+    for i in range(1200):  # 60 s of the gray stage, both arms, both 68 % missed
+        arm = Arm.LEARNED if i % 2 else Arm.ROUND_ROBIN
+        det.observe(GuardSample(300.0 + i * 0.05, "t", "h100", "m", i % 25 >= 17, 4.0, 1.0,
+                                arm=arm))  # fmt: skip
+    report = det.evaluate(360.0)
+    assert report.status is Status.OK, report.evidence
+    assert report.evidence["round_robin"]["requests"] == 600
+    assert report.score == pytest.approx(1.0, abs=0.05)

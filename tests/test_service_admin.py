@@ -265,6 +265,24 @@ def test_an_alert_re_sent_after_the_resume_does_not_roll_back_again(admin: Admin
     assert new["action"] == "rollback" and new["mode"] == "round_robin"
 
 
+def test_the_alert_resolving_is_said_once_in_its_incident(admin: Admin) -> None:
+    """A rollback an alert asked for opens no breaker, so nothing ever said the alert had
+    gone: the incident sat silent until someone resumed."""
+    assert current_mode(admin.service.engine).mode == "round_robin"  # the alert above
+    done = _webhook("SlaguardSLAErrorBudgetBurn", "resolved")
+    first = admin.client.post("/v1/alertmanager", json=done, headers=AUTH).json()
+    assert first["action"] == "incident updated: alert resolved"
+    assert first["matched"] == ["SlaguardSLAErrorBudgetBurn"] and first["mode"] == "round_robin"
+    again = admin.client.post("/v1/alertmanager", json=done, headers=AUTH).json()
+    assert again["action"] == "none"
+    incident = admin.rows(Incident)[-1]
+    assert incident["resolved_at"] is None  # the fleet is still on round-robin
+    (update,) = incident["evidence"]["updates"]
+    assert update["state"] == "updated" and update["summary"] == (
+        "SlaguardSLAErrorBudgetBurn resolved; the fleet stays on round_robin until resumed"
+    )
+
+
 def test_bad_alertmanager_payload(admin: Admin) -> None:
     bad = _webhook("SlaguardSLAErrorBudgetBurn") | {"version": "3"}
     r = admin.client.post("/v1/alertmanager", json=bad, headers=AUTH)

@@ -122,6 +122,24 @@ class IncidentTracker:
             IncidentState.UPDATED, now_s, summary, {}, Severity.WARNING, (mode, mode)
         )
 
+    def alert_resolved(
+        self, now_s: float, detector: str, alertnames: set[str], mode: str
+    ) -> IncidentEvent | None:
+        """The alerts that opened the incident (detector `detector`) resolved: said once
+        in its thread, since no breaker clears an alert's rollback; the fleet stays on
+        round-robin until someone resumes."""
+        inc = self.current
+        if inc is None or inc.cleared or inc.detector != detector:
+            return None
+        names = alertnames & set(inc.subject.split(", "))
+        if not names:
+            return None
+        inc.cleared = True
+        summary = f"{', '.join(sorted(names))} resolved; the fleet stays on {mode} until resumed"
+        return self._event(
+            IncidentState.UPDATED, now_s, summary, {}, Severity.WARNING, (mode, mode)
+        )
+
     def resolved(
         self, now_s: float, reason: str, mode_before: str, mode_after: str
     ) -> IncidentEvent | None:

@@ -46,6 +46,19 @@ class ManualOutcome:
     incident_id: int | None = None
 
 
+def note_alerts_resolved(
+    guard: Guard, persister: EventPersister, detector: str, alertnames: set[str], now_s: float
+) -> bool:
+    """Alertmanager says alerts resolved: if they opened the open incident, one update in
+    its thread (stored in the outbox); True if one was queued."""
+    guard.adopt_state(persister.modes.load(now_s), now_s)
+    guard.incidents.current = persister.incidents.restore()
+    event = guard.incidents.alert_resolved(now_s, detector, alertnames, guard.state.mode.label)
+    if event is None:
+        return False
+    return persister.persist(guard, [event], now_s).conflict is None
+
+
 def apply_manual(
     guard: Guard,
     persister: EventPersister,

@@ -22,7 +22,11 @@ _ARMS = (Arm.LEARNED, Arm.ROUND_ROBIN)
 
 
 class _SlidingArmCounts:
-    """Requests and SLA misses per arm over the last `slice_count` slices."""
+    """Requests and SLA misses per arm over the last `slice_count` slices, counted only in
+    slices where both arms ran: the arms are compared over the same time. After a resume
+    the window still held minutes of round-robin-only traffic from the held period, so a
+    fault that hit both arms alike read as the learned arm's (25 % against 5.4 %, where
+    the same minute gave 91 % against 68 %)."""
 
     def __init__(self, slice_s: float, slice_count: int) -> None:
         self.slice_s = slice_s
@@ -39,12 +43,9 @@ class _SlidingArmCounts:
         newest = int(now_s // self.slice_s)
         for slice_id in [s for s in self._slices if s <= newest - self.slice_count]:
             del self._slices[slice_id]
+        paired = [s for s in self._slices.values() if all(s[arm][0] for arm in _ARMS)]
         return {
-            arm: (
-                sum(s[arm][0] for s in self._slices.values()),
-                sum(s[arm][1] for s in self._slices.values()),
-            )
-            for arm in _ARMS
+            arm: (sum(s[arm][0] for s in paired), sum(s[arm][1] for s in paired)) for arm in _ARMS
         }
 
 

@@ -42,7 +42,7 @@ from slaguard.guard.forward import decode_batch, encode_batches
 from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore, QueuedMessage
 from slaguard.guard.leader import LeaderLease
-from slaguard.guard.manual import ManualAction, ManualOutcome, apply_manual
+from slaguard.guard.manual import ManualAction, ManualOutcome, apply_manual, note_alerts_resolved
 from slaguard.guard.modes import ModeState, ModeTransition, TransitionKind
 from slaguard.guard.persist import EventPersister
 from slaguard.guard.router_inputs import INHERIT_MAX_AGE_S, RouterInputs
@@ -289,6 +289,15 @@ class GuardReplica:
                     self.guard, self.persister, action, now_s,
                     actor=actor, reason=reason, stage_pct=stage_pct, alert=alert,
                 )  # fmt: skip
+            finally:
+                if not self._leading:
+                    self.guard.incidents.current = None
+
+    def alerts_resolved(self, detector: str, alertnames: set[str], now_s: float) -> bool:
+        """See `note_alerts_resolved` (raises on database errors)."""
+        with self._lock:
+            try:
+                return note_alerts_resolved(self.guard, self.persister, detector, alertnames, now_s)
             finally:
                 if not self._leading:
                     self.guard.incidents.current = None

@@ -136,6 +136,22 @@ async def alertmanager(request: Request) -> AlertmanagerResponse:
         and a.labels.get("severity", "") in severities
     ]
     matched = sorted({f.alertname for f in firing})
+    resolved = {
+        name
+        for a in body.alerts
+        if a.status == "resolved" and (name := a.labels.get("alertname", "")) in wanted
+    }
+    if resolved and not firing:
+        try:
+            noted = await rt.modes.alerts_resolved(resolved, rt.clock())
+        except ModeUnavailableError as exc:
+            raise HTTPException(503, f"mode: {exc}; Alertmanager will retry") from exc
+        return AlertmanagerResponse(
+            received=len(body.alerts),
+            matched=sorted(resolved),
+            action="incident updated: alert resolved" if noted else "none",
+            mode=rt.modes.current().label,
+        )
     if not firing:
         log.info("alertmanager webhook: %d alerts, none configured to roll back", len(body.alerts))
         return AlertmanagerResponse(

@@ -113,6 +113,11 @@ class ModeSource(Protocol):
         """Alertmanager asks for a guarded rollback (raises ModeUnavailableError)."""
         ...
 
+    async def alerts_resolved(self, alertnames: set[str], now_s: float) -> bool:
+        """Alertmanager says these alerts resolved: one update in the thread of the
+        incident they opened, if it is still open (raises ModeUnavailableError)."""
+        ...
+
     def close(self) -> None:
         """Give up whatever this replica holds (leadership)."""
         ...
@@ -232,6 +237,14 @@ class ReplicaModes:
         if outcome.result.changed:
             self.metrics.count_trip("manual")
         return self._answer(outcome)
+
+    async def alerts_resolved(self, alertnames: set[str], now_s: float) -> bool:
+        try:
+            return await asyncio.to_thread(
+                self.replica.alerts_resolved, ALERT_ACTOR, alertnames, now_s
+            )
+        except SQLAlchemyError as exc:
+            raise ModeUnavailableError(error_line(exc)) from exc
 
     async def alerts(self, firing: list[FiringAlert], now_s: float) -> ModeChange:
         returned = await asyncio.to_thread(self.replica.store.last_return_s)
