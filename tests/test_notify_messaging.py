@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from fakes.incidents import incident
 
 from slaguard.guard.events import IncidentState
@@ -12,6 +13,7 @@ from slaguard.notify.messaging import (
     SECTION_TEXT_MAX,
     MessageLinks,
     build_message,
+    from_mrkdwn,
     resume_command,
 )
 
@@ -115,3 +117,10 @@ def test_a_cut_never_leaves_half_an_escape() -> None:
     text = msg.blocks[1]["text"]["text"]
     assert len(text) <= SECTION_TEXT_MAX and text.endswith("&lt;…")
     assert text == ":red_circle: " + "&lt;" * 746 + "…"
+
+
+@pytest.mark.parametrize("text", ["a >= b -> c", "x &lt; y", "&amp;gt; <!here> & <a|b>", "plain"])
+def test_a_slack_text_reads_back_as_the_channel_shows_it(text: str) -> None:
+    """The demo printed the escaped Slack text: `(&gt;= 20%)`, `learned -&gt; round_robin`."""
+    shown = from_mrkdwn(build_message(incident(summary=text), LINKS).text)
+    assert text in shown

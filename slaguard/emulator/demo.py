@@ -35,11 +35,14 @@ import httpx
 import numpy as np
 import yaml
 from rich.console import Console
+from rich.text import Text
 from sqlalchemy import select
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.models import Incident
 from slaguard.emulator.loadgen import HotWindow, LoadGenerator
+from slaguard.notify.messaging import from_mrkdwn
+from slaguard.plaintext import visible
 from slaguard.service.local import free_port
 from slaguard.sim.traces import load_trace
 
@@ -274,8 +277,8 @@ def _report(stack: Stack, every: dict[str, list[float]], console: Console) -> No
     notes = stack.workdir / "incidents.jsonl"
     messages = [json.loads(x) for x in notes.read_text().splitlines()] if notes.exists() else []
     console.print(f"\n[bold]guard messages[/] ({len(messages)} written to {notes}):")
-    for m in messages:
-        console.print(f"  {m['text']}", highlight=False)
+    for m in messages:  # as Slack shows it, and never read as Rich markup
+        console.print(Text("  " + visible(from_mrkdwn(str(m["text"])))), highlight=False)
     db, fleet = stack.workdir / "audit.db", stack.workdir / "fleet.yaml"
     console.print("\n[bold]where to look[/]")
     console.print(f"  audit database : {db}", highlight=False)

@@ -62,6 +62,11 @@ def _mrkdwn(value: object) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def from_mrkdwn(text: str) -> str:
+    """A Slack text as the channel shows it (its three escapes undone): for the terminal."""
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
 def _code(value: object) -> str:
     """Data as an inline code span (mrkdwn has no backtick escape: a look-alike stands in)."""
     return f"`{_mrkdwn(value).replace('`', _BACKTICK_LOOKALIKE)}`"
