@@ -4,6 +4,7 @@ telemetry scraper, and a stop that cuts streams is not logged as a crash."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -114,3 +115,39 @@ def test_a_stream_cut_by_the_stop_is_one_warning_not_an_error_traceback(
     cut = [r for r in records if "cut by the stop" in r.getMessage()]
     assert len(cut) == 1 and cut[0].levelno == logging.WARNING and cut[0].exc_info is None
     assert not [r for r in records if r.levelno >= logging.ERROR]
+
+
+def test_a_target_whose_backend_serves_another_model_is_retried_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """A fleet file pointing a target at a backend serving another model: ~11 % of
+    requests answered 404 "model does not exist", never retried nor counted as failures."""
+    qwen = build_fleet({"targets": [{"id": "q", "model": "qwen2.5-32b", "card": "h100"}]})
+    right = build_fleet({"targets": [{"id": "r", "model": MODEL, "card": "h100"}]})
+    with (
+        ServerThread(create_emulator_app(qwen.targets[0], speedup=20.0)) as wrong_backend,
+        ServerThread(create_emulator_app(right.targets[0], speedup=20.0)) as right_backend,
+    ):
+        fleet = {"targets": [
+            {"id": "h100-8b", "model": MODEL, "card": "h100", "url": right_backend.url},
+            {"id": "wrong-8b", "model": MODEL, "card": "h100", "url": wrong_backend.url},
+        ]}  # fmt: skip
+        (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+        cfg = load_config(None, {
+            "fleet": tmp_path / "fleet.yaml", "db": str(tmp_path / "audit.db"),
+            "telemetry": {"scrape_interval_s": 0.1, "stale_after_s": 2.0},
+            "notify_file": tmp_path / "incidents.jsonl",
+        })  # fmt: skip
+        service = build_service(cfg)
+        app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
+        try:
+            with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+                chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                        "max_tokens": 2}  # fmt: skip
+                codes = [c.post("/v1/chat/completions", json=chat).status_code for _ in range(6)]
+                metrics = c.get("/metrics").text
+        finally:
+            service.close()
+    assert codes == [200] * 6  # round-robin sent half to the wrong backend first
+    retries = re.search(r"^slaguard_gateway_retries_total\S* (\S+)$", metrics, re.M)
+    assert retries is not None and float(retries.group(1)) == 3.0

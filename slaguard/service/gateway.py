@@ -7,7 +7,8 @@ business metadata comes from headers: `X-Slaguard-Priority`, `X-Slaguard-Deadlin
 the chosen backend (only `model` is rewritten when the router degraded the request).
 
 Retry rule: if the backend fails *before the first byte of the answer body* (connection
-refused, timeout, HTTP 5xx), the request is sent once more to the next-best eligible
+refused, timeout, HTTP 5xx, or a 404: the model was checked against the fleet, so the
+backend serves another one), the request is sent once more to the next-best eligible
 target, and the decision's explanation records it. After the first byte nothing is retried:
 the client already holds part of an answer. Backend 4xx answers are the client's mistake
 and pass through unchanged. TTFT is measured at the first SSE event carrying a token;
@@ -273,6 +274,8 @@ async def _first_byte(
     try:
         if resp.status >= 500:
             raise UpstreamError(f"HTTP {resp.status}")
+        if resp.status == 404:  # the model was checked against the fleet: the target is wrong
+            raise UpstreamError("HTTP 404: the backend does not serve this model; check its url")
         chunks = resp.content.iter_any()
         first = b""
         async for chunk in chunks:
