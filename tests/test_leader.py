@@ -152,8 +152,10 @@ def test_the_file_lease_and_its_spool_are_the_owners_alone(tmp_path: Path) -> No
         lease = lease_for(make_url(f"sqlite:///{tmp_path / 'audit.db'}"), "a")
         assert isinstance(lease, FileLeaderLease) and lease.poll()
         lease.forward(['{"r":"a","at":0,"s":[],"o":[],"f":[],"a":[]}'])
+        lease.publish('{"replica":"a","at":0,"jitter_z":{},"demoted":[]}')
         try:
             assert stat.S_IMODE(lease.path.stat().st_mode) == 0o600
             assert stat.S_IMODE(lease.spool.path.stat().st_mode) == 0o700
+            assert stat.S_IMODE(lease.router_path.stat().st_mode) == 0o600
         finally:
             lease.close()

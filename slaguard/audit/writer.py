@@ -92,8 +92,9 @@ class AuditWriter:
         self._child_lock = threading.Lock()
         if self._backlog:
             log.info(
-                "audit writer: replaying %d records (%d bytes) left in %s",
-                self._backlog, self._journal.pending_bytes, spill_dir,
+                "audit writer: replaying the journal left in %s: %d records (%d bytes), "
+                "those the database already holds skipped",
+                spill_dir, self._backlog, self._journal.pending_bytes,
             )  # fmt: skip
         try:
             self._child = self._spawn()

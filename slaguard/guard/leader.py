@@ -271,7 +271,9 @@ class FileLeaderLease:
     def publish(self, text: str) -> None:
         tmp = self.router_path.with_name(f"{self.router_path.name}.{os.getpid()}")
         try:
-            tmp.write_text(text)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
             os.replace(tmp, self.router_path)
         except OSError as exc:
             log.debug("router inputs not published: %s", exc)
