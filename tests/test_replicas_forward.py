@@ -254,3 +254,34 @@ def test_a_new_leader_keeps_the_demotions_of_the_last_one(engine: Engine) -> Non
     finally:
         a.close()
         b.close()
+
+
+def test_a_follower_with_another_fleet_file_says_so_once(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Replicas with different fleet files on one database started and ran without a
+    word; the shared guard judged targets only one of them routes to."""
+    config = GuardConfig.model_validate(GUARD)
+    a, b, c = (
+        GuardReplica(
+            engine, lease_for(engine.url, rid), ConsoleNotifier(), replica_id=rid,
+            config=config, fleet_digest=digest,
+        )
+        for rid, digest in (("a", "fleet-one"), ("b", "fleet-two"), ("c", "fleet-one"))
+    )  # fmt: skip
+    try:
+        now = 1_000.0
+        assert a.sync(now).leader
+        a.evaluate(now)
+        for _ in range(3):
+            now += 0.5
+            a.sync(now)
+            b.sync(now)
+            c.sync(now)
+        assert b.fleet_matches_leader is False and c.fleet_matches_leader is True
+        assert a.fleet_matches_leader is None  # the leader compares with nobody
+        warned = [r for r in caplog.records if "another fleet file" in r.getMessage()]
+        assert len(warned) == 1 and "fleet-one" in warned[0].getMessage()
+    finally:
+        for replica in (a, b, c):
+            replica.close()

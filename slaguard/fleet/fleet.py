@@ -7,6 +7,8 @@ package, so `slaguard` works with no file at all.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -151,6 +153,16 @@ class Fleet:
     def target_ids(self) -> tuple[str, ...]:
         """Target ids by index (explanations render from these)."""
         return tuple(t.id for t in self.targets)
+
+    @cached_property
+    def digest(self) -> str:
+        """12 hex digits naming what routing depends on (each target's id, model, card,
+        tensor parallelism, URL and priorities): replicas sharing a guard compare it."""
+        rows = sorted(
+            (t.id, t.model.id, t.card.id, t.tp, t.url or "", sorted(p.value for p in t.priorities))
+            for t in self.targets
+        )
+        return hashlib.blake2b(json.dumps(rows).encode(), digest_size=6).hexdigest()
 
     @cached_property
     def card_ids(self) -> tuple[str, ...]:

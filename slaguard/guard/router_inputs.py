@@ -26,10 +26,15 @@ class RouterInputs:
 
     jitter_z: dict[str, float] = field(default_factory=dict)
     demoted: frozenset[str] = frozenset()
+    fleet: str | None = None
+    """The leader's `Fleet.digest` (None from versions before it was published)."""
 
     def to_text(self, replica_id: str, at_s: float) -> str:
         z = {t: round(v, 2) for t, v in sorted(self.jitter_z.items())}
-        body = {"replica": replica_id, "at": at_s, "jitter_z": z, "demoted": sorted(self.demoted)}
+        body = {
+            "replica": replica_id, "at": at_s, "jitter_z": z, "demoted": sorted(self.demoted),
+            "fleet": self.fleet,
+        }  # fmt: skip
         return json.dumps(body, separators=(",", ":"))
 
     @classmethod
@@ -49,7 +54,10 @@ class RouterInputs:
             if body["replica"] == own_id or now_s - float(body["at"]) > max_age_s:
                 return cls()
             z = {str(t): float(v) for t, v in body["jitter_z"].items()}
-            return cls(z, frozenset(str(t) for t in body["demoted"]))
+            fleet = body.get("fleet")
+            return cls(
+                z, frozenset(str(t) for t in body["demoted"]), None if fleet is None else str(fleet)
+            )
         except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("unreadable router inputs from the guard leader ignored")
             return cls()

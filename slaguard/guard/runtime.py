@@ -27,7 +27,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import MutableMapping
-from dataclasses import dataclass
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -45,6 +44,7 @@ from slaguard.guard.leader import LeaderLease
 from slaguard.guard.manual import ManualAction, ManualOutcome, apply_manual, note_alerts_resolved
 from slaguard.guard.modes import ModeState, ModeTransition, TransitionKind
 from slaguard.guard.persist import EventPersister
+from slaguard.guard.replica_stats import ReplicaStats, SyncReport
 from slaguard.guard.router_inputs import INHERIT_MAX_AGE_S, RouterInputs
 from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.guard.store import FleetStateMissingError, GuardStore
@@ -57,33 +57,6 @@ log = logging.getLogger(__name__)
 LOCAL_QUEUE_MAX = 100_000
 """Locally observed samples waiting for the next evaluation (oldest dropped beyond)."""
 NOT_LOADED = ModeState(version=-1, reason="not loaded from the database yet", auto_advance=False)
-
-
-@dataclass(frozen=True, slots=True)
-class SyncReport:
-    """One sync: leadership now and whether it changed, a mode adopted from the database."""
-
-    leader: bool
-    gained: bool = False
-    lost: bool = False
-    adopted: ModeState | None = None
-    error: str | None = None
-
-
-@dataclass(slots=True)
-class ReplicaStats:
-    """Counters for metrics and the runner's status lines."""
-
-    syncs: int = 0
-    sync_errors: int = 0
-    evaluations: int = 0
-    persist_errors: int = 0
-    leader_changes: int = 0
-    sent: int = 0
-    send_failures: int = 0
-    forwarded_out: int = 0
-    forwarded_in: int = 0
-    last_error: str | None = None
 
 
 class GuardReplica:
@@ -99,8 +72,11 @@ class GuardReplica:
         config: GuardConfig | None = None,
         plan: RolloutPlan | None = None,
         feed: AuditSampleFeed | None = None,
+        fleet_digest: str | None = None,
     ) -> None:
         self.engine = engine
+        self.fleet_digest = fleet_digest
+        """This replica's `Fleet.digest`, published when it leads, compared when not."""
         self.lease = lease
         self.notifier = notifier
         self.replica_id = replica_id
@@ -111,6 +87,7 @@ class GuardReplica:
         self.guard = Guard(config, plan, state=NOT_LOADED)
         self.stats = ReplicaStats()
         self._sync_failures = FailureLog(log, "guard mode sync")
+        self._warned_fleet: str | None = None
         self._feed_failures = FailureLog(log, "guard sample feed")
         self._outbox_failures = FailureLog(log, "incident outbox")
         self.router = RouterInputs()
@@ -183,6 +160,7 @@ class GuardReplica:
             self.lease.publish(self.router.to_text(self.replica_id, now_s))
         else:
             self.router = RouterInputs.from_text(self.lease.latest(), now_s, self.replica_id)
+            self._check_fleet(self.router.fleet)
             self._forward(now_s)
         return report
 
@@ -219,7 +197,9 @@ class GuardReplica:
             self.stats.evaluations += 1
             events = self.guard.evaluate(now_s)
             self.router = RouterInputs(
-                self.guard.jitter_zscores(), frozenset(self.guard.demoted_targets())
+                self.guard.jitter_zscores(),
+                frozenset(self.guard.demoted_targets()),
+                self.fleet_digest,
             )
             self.reports = self.guard.last_reports
             self._store(events, now_s)
@@ -301,6 +281,26 @@ class GuardReplica:
             finally:
                 if not self._leading:
                     self.guard.incidents.current = None
+
+    @property
+    def fleet_matches_leader(self) -> bool | None:
+        """Whether the leader routes with the same fleet file (None: not known)."""
+        leader = self.router.fleet
+        if self._leading or leader is None or self.fleet_digest is None:
+            return None
+        return leader == self.fleet_digest
+
+    def _check_fleet(self, leader_digest: str | None) -> None:
+        """Warn once per leader fleet that differs: the shared guard then judges targets
+        only some replicas route to, and a target's card is whatever was reported first."""
+        if self.fleet_matches_leader is False and leader_digest != self._warned_fleet:
+            self._warned_fleet = leader_digest
+            log.warning(
+                "the guard leader routes with another fleet file (digest %s, this replica %s):"
+                " replicas sharing a database must share one fleet file; finish the change"
+                " on every replica",
+                leader_digest, self.fleet_digest,
+            )  # fmt: skip
 
     def close(self) -> None:
         """Give leadership up (the next replica's poll takes it)."""

@@ -126,6 +126,7 @@ def build_service(
         lease_for(engine.url, name),
         notifier,
         replica_id=name,
+        fleet_digest=fleet.digest,
         config=config.guard,
         plan=RolloutPlan(r.baseline_s, r.stage_s, r.stages_pct),
     )

@@ -174,6 +174,8 @@ class ReplicaModes:
             "sync_errors": r.stats.sync_errors,
             "persist_errors": r.stats.persist_errors,
             "last_error": r.stats.last_error,
+            "fleet_digest": r.fleet_digest,
+            "fleet_matches_leader": r.fleet_matches_leader,
         }
 
     def on_arrival(self, at_s: float, prefix_id: str | None) -> None:

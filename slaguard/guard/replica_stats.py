@@ -1,0 +1,34 @@
+"""What one guard replica reports: each sync's outcome, and its running counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slaguard.guard.modes import ModeState
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReport:
+    """One sync: leadership now and whether it changed, a mode adopted from the database."""
+
+    leader: bool
+    gained: bool = False
+    lost: bool = False
+    adopted: ModeState | None = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class ReplicaStats:
+    """Counters for metrics and the runner's status lines."""
+
+    syncs: int = 0
+    sync_errors: int = 0
+    evaluations: int = 0
+    persist_errors: int = 0
+    leader_changes: int = 0
+    sent: int = 0
+    send_failures: int = 0
+    forwarded_out: int = 0
+    forwarded_in: int = 0
+    last_error: str | None = None
