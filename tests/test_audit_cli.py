@@ -121,6 +121,27 @@ def test_shares_on_a_fleet_file_that_lacks_the_targets_are_flagged(db: str, tmp_
     assert (known["capacity_share"] == 1.0).all() and frame["capacity_share"].isna().sum() > 0
 
 
+def test_shares_of_a_target_the_fleet_file_puts_on_another_card_are_flagged(
+    db: str, tmp_path: Path
+) -> None:
+    """A target moved to another card since kept the new card's share, silently (an
+    L40S's rows read the H100's 0.43 instead of 0.14)."""
+    moved = tmp_path / "moved.yaml"
+    moved.write_text(
+        "targets:\n  - {id: h200-8b, model: llama3.1-8b, card: h100}\n"
+        "  - {id: h100-8b-0, model: llama3.1-8b, card: h100}\n"
+    )
+    args = ["audit", "summary", "--db", db, *WINDOW, "-f", "csv", "--fleet", str(moved)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "puts 1 on another card (h200-8b (h200 in the database, h100 in the file))" in (
+        result.stderr
+    )
+    frame = pd.read_csv(io.StringIO(result.stdout))
+    assert frame[frame["target_id"] == "h200-8b"]["capacity_share"].isna().all()
+    assert (frame[frame["target_id"] == "h100-8b-0"]["capacity_share"] == 0.5).all()
+
+
 def test_incident_timeline_and_plot(db: str, tmp_path: Path) -> None:
     png = tmp_path / "incident.png"
     result = runner.invoke(app, ["audit", "incident", "1", "--db", db, "--plot", str(png)])

@@ -46,11 +46,12 @@ class TargetCapacity:
 
     model_id: str
     tflops: float
+    card_id: str
 
 
 def fleet_capacity(fleet: Fleet) -> dict[str, TargetCapacity]:
     """Capacity per target id from a fleet definition."""
-    return {t.id: TargetCapacity(t.model.id, t.tflops) for t in fleet.targets}
+    return {t.id: TargetCapacity(t.model.id, t.tflops, t.card.id) for t in fleet.targets}
 
 
 def _window(since: datetime, until: datetime) -> list[ColumnElement[bool]]:
@@ -211,9 +212,12 @@ def _with_shares(
     model_tflops: dict[str, float] = {}
     for cap in capacity.values():
         model_tflops[cap.model_id] = model_tflops.get(cap.model_id, 0.0) + cap.tflops
+    # a row of a target the fleet file puts on another card (moved since) has no share
     frame["capacity_share"] = [
-        capacity[t].tflops / model_tflops[capacity[t].model_id] if t in capacity else float("nan")
-        for t in frame["target_id"]
+        capacity[t].tflops / model_tflops[capacity[t].model_id]
+        if t in capacity and capacity[t].card_id == card
+        else float("nan")
+        for t, card in zip(frame["target_id"], frame["card_type"], strict=True)
     ]
     return frame
 

@@ -6,11 +6,12 @@ parquet needs it). Times are ISO 8601 or relative to now (`-2h`, `-30m`, `-7d`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
+import pandas as pd  # type: ignore[import-untyped]
 import typer
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -18,7 +19,7 @@ from slaguard.audit import service
 from slaguard.audit.engine import error_line
 from slaguard.audit.records import POLICY_ARMS
 from slaguard.audit.render import OutputFormat, emit_explanation, emit_frame, emit_timeline
-from slaguard.audit.service import UnknownRequestError
+from slaguard.audit.service import TargetCapacity, UnknownRequestError
 from slaguard.audit.store import UnknownIncidentError
 from slaguard.audit.timeargs import TIME_HELP, parse_duration, parse_range, span_title
 from slaguard.cli.db import DbOption, open_audit_db
@@ -147,7 +148,7 @@ def summary_command(
     capacity = service.fleet_capacity(load_or_fail(fleet_file))
     engine = open_audit_db(db)
     frame = _answer(lambda: service.summary(engine, start, end, capacity))
-    _warn_targets_outside(frame["target_id"], capacity, fleet_file)
+    _warn_targets_outside(frame, capacity, fleet_file)
     with writing(output):
         emit_frame(frame, fmt, output, f"summary {span_title(start, end)}")
 
@@ -179,7 +180,7 @@ def incident_command(
             engine, incident_id, before=pre, after=post, now=_now(), capacity=capacity
         )
     )
-    _warn_targets_outside(timeline.per_target["target_id"], capacity, fleet_file)
+    _warn_targets_outside(timeline.per_target, capacity, fleet_file)
     with writing(output):
         emit_timeline(timeline, fmt, output)
     if timeline.per_target.empty:
@@ -200,22 +201,37 @@ def incident_command(
 
 
 def _warn_targets_outside(
-    targets: Iterable[object], capacity: Mapping[str, object], fleet_file: Path | None
+    rows: pd.DataFrame, capacity: Mapping[str, TargetCapacity], fleet_file: Path | None
 ) -> None:
     """Capacity shares come from the fleet file: say so when it lacks targets the
-    database names (a service run on another fleet), since its shares are then wrong."""
-    missing = sorted({t for t in targets if isinstance(t, str)} - set(capacity))
-    if not missing:
+    database names, or puts them on another card (a service run on another fleet): their
+    shares are then unknown (left empty)."""
+    named = {(t, c) for t, c in zip(rows["target_id"], rows["card_type"], strict=True)}
+    missing = sorted({t for t, _ in named if isinstance(t, str)} - set(capacity))
+    moved = sorted(
+        f"{t} ({c} in the database, {capacity[t].card_id} in the file)"
+        for t, c in named
+        if isinstance(t, str) and t in capacity and capacity[t].card_id != c
+    )
+    problems = []
+    if missing:
+        problems.append(f"lacks {len(missing)} of these targets ({_some(missing)})")
+    if moved:
+        problems.append(f"puts {len(moved)} on another card ({_some(moved)})")
+    if not problems:
         return
-    shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
     typer.echo(
         visible(
             f"warning: capacity shares are computed on {fleet_file or 'the built-in fleet'}, "
-            f"which lacks {len(missing)} of these targets ({shown}); pass --fleet FILE, the "
-            "fleet these decisions were made on"
+            f"which {' and '.join(problems)}; pass --fleet FILE, the fleet these decisions "
+            "were made on"
         ),
         err=True,
     )
+
+
+def _some(items: list[str]) -> str:
+    return ", ".join(items[:4]) + (f" and {len(items) - 4} more" if len(items) > 4 else "")
 
 
 @app.command("prune")
