@@ -8,6 +8,7 @@ import itertools
 import logging
 import sqlite3
 import statistics
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -237,3 +238,27 @@ def test_each_detector_publishes_the_number_it_compares_with_its_threshold(
 async def _evaluated(service: Any, now_s: float) -> None:
     await service.runtime.modes.sync(now_s)
     await service.runtime.modes.evaluate(now_s)
+
+
+def test_mode_sync_runs_while_every_default_thread_waits_on_the_database(
+    tmp_path: Path,
+) -> None:
+    """Feedback for unknown ids waiting on a locked table filled asyncio's default pool
+    (6 threads on 2 cores), and a rollback reached the replica 19-32 s late."""
+    service = build_test_service(tmp_path, Clock(time.time()))
+    release = threading.Event()
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        blocked = [loop.run_in_executor(None, release.wait) for _ in range(64)]
+        try:
+            await asyncio.wait_for(service.runtime.modes.sync(time.time()), 10)
+        finally:
+            release.set()
+            await asyncio.gather(*blocked)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        release.set()
+        service.close()
