@@ -39,9 +39,16 @@ DB_HELP = (
 DbOption = typer.Option(None, "--db", help=DB_HELP, show_default=False)
 
 
-def connect(db: str | None, *, create: bool = False, option: str = "--db") -> Engine:
+def connect(
+    db: str | None,
+    *,
+    create: bool = False,
+    option: str = "--db",
+    statement_timeout_s: float | None = None,
+) -> Engine:
     """An engine that has answered once; `create` allows a new SQLite file. `option`
-    names the flag the URL came from."""
+    names the flag the URL came from; `statement_timeout_s` bounds each PostgreSQL
+    statement (a command waiting on a lock then fails in one line instead of hanging)."""
     try:
         url = resolve_db_url(db, option)
     except DatabaseUrlError as exc:
@@ -57,7 +64,7 @@ def connect(db: str | None, *, create: bool = False, option: str = "--db") -> En
         fail(f"{option}: {path.parent} {why}; fix: create the directory or pick another path")
     if create:
         create_private_sqlite_file(url)
-    engine = create_audit_engine(url)
+    engine = create_audit_engine(url, statement_timeout_s=statement_timeout_s)
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
@@ -66,9 +73,9 @@ def connect(db: str | None, *, create: bool = False, option: str = "--db") -> En
     return engine
 
 
-def open_audit_db(db: str | None) -> Engine:
+def open_audit_db(db: str | None, *, statement_timeout_s: float | None = None) -> Engine:
     """A reachable database at the schema this slaguard expects, or one error line."""
-    engine = connect(db)
+    engine = connect(db, statement_timeout_s=statement_timeout_s)
     try:
         require_current_schema(engine)
     except SchemaNotCurrentError as exc:

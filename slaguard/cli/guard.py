@@ -44,6 +44,9 @@ from slaguard.guard.store import GuardStore
 from slaguard.plaintext import visible
 
 _T = TypeVar("_T")
+GUARD_STATEMENT_TIMEOUT_S = 15.0
+"""A command waiting longer on a lock (a stuck migration, a manual LOCK TABLE) fails in
+one line instead of hanging without a word."""
 ActorOption = typer.Option(None, "--actor", help="Who does this (default: the OS user).")
 FormatOption = typer.Option(OutputFormat.TABLE, "--format", "-f", help="Output format.")
 OutputOption = typer.Option(None, "--output", "-o", help="Write to this file.", dir_okay=False)
@@ -106,7 +109,7 @@ def rollback(
     """Send the whole fleet to round-robin now (`--hold`: and keep it there)."""
     why = _reason(reason)
     who = _actor(actor)
-    engine = open_audit_db(db)
+    engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
     action = ManualAction.HOLD if hold else ManualAction.ROLLBACK
     _say(_run(engine, action, actor=who, reason=why))
 
@@ -130,7 +133,7 @@ def resume(
             fail(f"--stage: {stage!r} is not a percentage in 1..100; e.g. --stage 10")
     who = _actor(actor)
     why = _reason(reason, "manual resume")
-    engine = open_audit_db(db)
+    engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
     _say(_run(engine, ManualAction.RESUME, actor=who, reason=why, stage_pct=stage_pct))
 
 
@@ -161,7 +164,7 @@ def status(
         span = parse_duration(window, "--window")
     except ValueError as exc:
         fail(str(exc))
-    engine = open_audit_db(db)
+    engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
     now_s = time.time()
     now = datetime.fromtimestamp(now_s, UTC)
     try:
@@ -232,7 +235,7 @@ def history(
     except ValueError as exc:
         fail(str(exc))
     check_output(fmt, output)
-    engine = open_audit_db(db)
+    engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
     frame = _query(lambda: mode_history(engine, start, end))
     with writing(output):
         emit_frame(frame, fmt, output, f"mode switches {span_title(start, end)}")
@@ -253,7 +256,7 @@ def incidents(
         except ValueError as exc:
             fail(str(exc))
     check_output(fmt, output)
-    engine = open_audit_db(db)
+    engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
     frame = _query(lambda: incident_list(engine, open_only=open_only, since=start))
     with writing(output):
         emit_frame(frame, fmt, output, "open incidents" if open_only else "incidents")

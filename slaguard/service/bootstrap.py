@@ -54,6 +54,9 @@ from slaguard.telemetry.labels import fleet_target_labels
 from slaguard.telemetry.metrics import SlaguardMetrics
 
 log = logging.getLogger(__name__)
+SERVICE_STATEMENT_TIMEOUT_S = 10.0
+"""The service's own queries (mode sync, the guard, lookups) are small: one waiting longer
+on a lock fails, is counted and logged, instead of freezing the guard without a word."""
 
 
 @dataclass
@@ -101,13 +104,16 @@ def build_service(
     if notifier is None:  # a notifier mistake is refused before the database is touched
         notifier = notifier_from_env(notify_file=config.notify_file)
     url = resolve_db_url(config.db)
-    engine = create_audit_engine(url)
+    migrating = create_audit_engine(url)  # a migration may take long: no statement timeout
     try:
-        refuse_newer_schema(engine)  # SchemaNotCurrentError: the caller's one-line refusal
+        refuse_newer_schema(migrating)  # SchemaNotCurrentError: the caller's one-line refusal
         if config.migrate:
-            upgrade(engine)
+            upgrade(migrating)
     except SQLAlchemyError as exc:
         log.warning("could not migrate the audit database: %s", str(exc).splitlines()[0])
+    finally:
+        migrating.dispose()
+    engine = create_audit_engine(url, statement_timeout_s=SERVICE_STATEMENT_TIMEOUT_S)
     now = clock()
     sched_cfg = SchedulerConfig(router=RouterConfig(stale_after_s=config.telemetry.stale_after_s))
     scheduler = Scheduler(fleet, sched_cfg, now_s=now)

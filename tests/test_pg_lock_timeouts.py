@@ -1,0 +1,43 @@
+"""A table lock held in PostgreSQL bounds what it blocks: the service's guard and the
+guard CLI fail in one counted, logged line instead of waiting without a word."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from conftest import pg_connect
+from service_helpers import Clock, build_test_service
+from sqlalchemy import Engine
+from typer.testing import CliRunner
+
+from slaguard.cli import guard as guard_cli
+from slaguard.cli.main import app
+from slaguard.service import bootstrap
+
+pytestmark = pytest.mark.postgres
+
+
+def test_a_locked_fleet_state_is_a_counted_sync_error_not_a_silent_wait(
+    pg_audit_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mode sync waited 33 s on a 40 s lock with sync_errors unchanged and nothing in
+    the log; `slaguard status` and `rollback` hung 38 s."""
+    monkeypatch.setattr(bootstrap, "SERVICE_STATEMENT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(guard_cli, "GUARD_STATEMENT_TIMEOUT_S", 0.5)
+    url = pg_audit_engine.url.render_as_string(hide_password=False)
+    service = build_test_service(tmp_path, Clock(time.time()), db=url)
+    try:
+        replica = service.modes.replica
+        with pg_connect(pg_audit_engine.url) as locker, locker.transaction():
+            locker.execute("LOCK TABLE fleet_state IN ACCESS EXCLUSIVE MODE")
+            asyncio.run(service.runtime.modes.sync(time.time()))  # the lock is still held
+            result = CliRunner().invoke(app, ["status", "--db", url])
+        assert replica.stats.sync_errors >= 1
+        assert "statement timeout" in (replica.stats.last_error or "")
+        assert result.exit_code == 2, result.output
+        assert "statement timeout" in result.stderr and len(result.stderr.splitlines()) == 1
+    finally:
+        service.close()
