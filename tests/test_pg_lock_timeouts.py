@@ -4,13 +4,15 @@ guard CLI fail in one counted, logged line instead of waiting without a word."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import pg_connect
 from service_helpers import Clock, build_test_service
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 from typer.testing import CliRunner
 
 from slaguard.cli import guard as guard_cli
@@ -41,3 +43,40 @@ def test_a_locked_fleet_state_is_a_counted_sync_error_not_a_silent_wait(
         assert "statement timeout" in result.stderr and len(result.stderr.splitlines()) == 1
     finally:
         service.close()
+
+
+def test_a_rollback_waits_for_a_resume_being_written_and_then_rolls_it_back(
+    pg_audit_engine: Engine,
+) -> None:
+    """It read the committed round-robin while a resume was landing, said "already on
+    round_robin; nothing to roll back", and the fleet ended on the learned policy."""
+    with pg_audit_engine.begin() as conn:
+        conn.execute(text("TRUNCATE mode_changes, incidents RESTART IDENTITY CASCADE"))
+        conn.execute(text("UPDATE fleet_state SET mode = 'round_robin', version = 0"))
+    url = pg_audit_engine.url.render_as_string(hide_password=False)
+    with pg_connect(pg_audit_engine.url) as resuming, resuming.transaction():
+        # a resume written, not yet committed (it waits on another table meanwhile)
+        resuming.execute(
+            "UPDATE fleet_state SET mode = 'rollout(10)', version = 1, reason = 'resume'"
+        )
+        evidence = '{"transition": {"kind": "manual_resume", "version": 1}}'
+        resuming.execute(
+            "INSERT INTO mode_changes (at, from_mode, to_mode, reason, actor, evidence) "
+            "VALUES (now(), 'round_robin', 'rollout(10)', 'manual_resume: ok', 'op', %s)",
+            (evidence,),
+        )
+        rollback = threading.Thread(
+            target=lambda: results.append(
+                CliRunner().invoke(app, ["rollback", "--reason", "x", "--db", url])
+            )
+        )
+        results: list[Any] = []
+        rollback.start()
+        rollback.join(1.0)
+        assert rollback.is_alive()  # waiting for the resume's row lock, not answering
+    rollback.join(30)
+    (result,) = results
+    assert result.exit_code == 0, result.output
+    assert "nothing to roll back" not in result.stdout
+    with pg_audit_engine.connect() as conn:
+        assert conn.execute(text("SELECT mode FROM fleet_state")).scalar_one() == "round_robin"

@@ -86,7 +86,9 @@ def apply_manual(
                 now_s, actor=actor, reason=reason, hold=action is ManualAction.HOLD
             )
         if not result.changed:
-            return ManualOutcome(result)
+            if persister.modes.confirm_version(guard.state.version):
+                return ManualOutcome(result)
+            continue  # a switch landed meanwhile: judge again on it
         if alert is not None:
             opened = guard.incidents.tripped(now_s, [alert], before, result.state.mode.label)
             events = [opened, *events]

@@ -152,6 +152,19 @@ class GuardStore:
             switch_times_s=self._switch_times(conn, now_s),
         )
 
+    def confirm_version(self, version: int) -> bool:
+        """Whether the stored mode is still at `version`, after any switch being written
+        has committed (PostgreSQL: the row lock; SQLite has one writer at a time). A
+        command that changes nothing must not answer from a state another replica is
+        replacing: a rollback said "already on round-robin" while a resume was landing."""
+        with self.engine.begin() as conn:
+            stored = conn.execute(
+                select(FleetState.version)
+                .where(FleetState.id == FLEET_STATE_ROW_ID)
+                .with_for_update()
+            ).scalar_one_or_none()
+        return stored == version
+
     def last_return_s(self) -> float | None:
         """When the fleet last went back towards the learned policy (a resume or an
         automatic return), from the newest mode changes: an alert that started before it
