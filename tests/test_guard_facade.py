@@ -135,3 +135,19 @@ def test_all_events_are_json_serialisable() -> None:
     for _, events in _run(guard):
         for event in events:
             json.dumps(event.to_dict())
+
+
+def test_a_resume_closes_the_breaker_so_the_plan_advances_as_after_a_restart() -> None:
+    """After a resume the breaker stayed open in memory until it cleared (30 good
+    evaluations, none at all without traffic), holding the plan back, while a restart (a
+    fresh, closed breaker) let it advance at once."""
+    config = GuardConfig(breaker=BreakerConfig(cooldown_s=120.0, clear_after=30))
+    guard = Guard(config, RolloutPlan(baseline_s=1.0, stage_s=5.0), ModeState(mode=R10))
+    list(run_seconds(guard, flood_stream(900), 1, 420, guard.evaluate))  # flood 300-400
+    assert guard.state.mode == ROUND_ROBIN  # tripped by the flood
+    assert guard.breaker.opened_at_s is not None  # not cleared yet (30 good evaluations)
+    result, _ = guard.resume(421.0, actor="ana", reason="flood over")
+    assert result.changed and guard.state.mode == R10
+    for t in range(422, 430):  # the stage ends at 426; 30 good evaluations end at ~435
+        guard.evaluate(float(t))
+    assert guard.state.mode == FleetMode(ModeKind.ROLLOUT, 50)

@@ -246,6 +246,12 @@ class Guard:
         result = modes.manual_resume(
             self.state, now_s, self.plan, actor=actor, reason=reason, stage_pct=stage_pct
         )
+        if result.changed:
+            # The human's judgement closes the breaker: the plan then advances by its
+            # timing here as on any replica that starts fresh (the open breaker lived only
+            # in this process, so a restart advanced a fleet this one held back). A fault
+            # still there trips again after `trip_after` bad evaluations.
+            self.breaker = BreakerState()
         return result, self._apply(result, now_s)
 
     def adopt_state(
