@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Awaitable
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -31,6 +32,7 @@ from slaguard.service.views import runtime_of
 log = logging.getLogger(__name__)
 router = APIRouter()
 _Body = TypeVar("_Body", bound=BaseModel)
+_T = TypeVar("_T")
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse},
     403: {"model": ErrorResponse},
@@ -109,6 +111,15 @@ def _unix_or_none(moment: str | None) -> float | None:
         return None
 
 
+async def _or_retry_later(action: Awaitable[_T]) -> _T:
+    """A mode action for Alertmanager; a database that cannot take it is a 503, which
+    Alertmanager retries."""
+    try:
+        return await action
+    except ModeUnavailableError as exc:
+        raise HTTPException(503, f"mode: {exc}; Alertmanager will retry") from exc
+
+
 @router.post(
     "/v1/alertmanager",
     response_model=AlertmanagerResponse,
@@ -142,10 +153,7 @@ async def alertmanager(request: Request) -> AlertmanagerResponse:
         if a.status == "resolved" and (name := a.labels.get("alertname", "")) in wanted
     }
     if resolved and not firing:
-        try:
-            noted = await rt.modes.alerts_resolved(resolved, rt.clock())
-        except ModeUnavailableError as exc:
-            raise HTTPException(503, f"mode: {exc}; Alertmanager will retry") from exc
+        noted = await _or_retry_later(rt.modes.alerts_resolved(resolved, rt.clock()))
         return AlertmanagerResponse(
             received=len(body.alerts),
             matched=sorted(resolved),
@@ -157,10 +165,7 @@ async def alertmanager(request: Request) -> AlertmanagerResponse:
         return AlertmanagerResponse(
             received=len(body.alerts), matched=[], action="none", mode=rt.modes.current().label
         )
-    try:
-        change = await rt.modes.alerts(firing, rt.clock())
-    except ModeUnavailableError as exc:
-        raise HTTPException(503, f"mode: {exc}; Alertmanager will retry") from exc
+    change = await _or_retry_later(rt.modes.alerts(firing, rt.clock()))
     return AlertmanagerResponse(
         received=len(body.alerts),
         matched=matched,
