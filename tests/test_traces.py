@@ -159,6 +159,18 @@ def test_missing_file_and_directory_name_the_path(tmp_path: Path) -> None:
         load_trace(tmp_path)
 
 
+@pytest.mark.parametrize("trace_format", [TraceFormat.AUTO, TraceFormat.AZURE])
+def test_fifo_and_device_are_refused_without_reading(
+    tmp_path: Path, trace_format: TraceFormat
+) -> None:
+    """A FIFO with no writer hung the loader; `/dev/zero` was read until memory ran out."""
+    fifo = tmp_path / "trace.csv"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(TraceError, match=r"not a regular file .*; fix: pass a trace saved"):
+            load_trace(path, trace_format)
+
+
 def test_default_paths_follow_repo_root_and_env_override(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

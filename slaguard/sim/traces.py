@@ -40,8 +40,17 @@ def _error(path: Path, line: int | None, problem: str, fix: str) -> TraceError:
 
 
 def _first_content_line(path: Path) -> tuple[int, str]:
-    """(line number, text) of the first non-blank line; raises for missing/empty files."""
+    """(line number, text) of the first non-blank line; raises for missing/empty files and
+    for anything but a regular file (a FIFO hung waiting for a writer, `/dev/zero` was read
+    as one endless line until memory ran out)."""
     try:
+        if path.exists() and not path.is_dir() and not path.is_file():
+            raise _error(
+                path,
+                None,
+                "not a regular file (a device, pipe or socket)",
+                "pass a trace saved on disk",
+            )
         with path.open(encoding="utf-8") as handle:
             for number, text in enumerate(handle, start=1):
                 if text.strip():
