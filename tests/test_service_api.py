@@ -233,6 +233,19 @@ def test_feedback_for_a_decision_only_in_the_database(api: Running) -> None:
     assert later["duplicate"] is True
 
 
+def test_first_token_of_a_decision_only_in_the_database_is_not_an_error(api: Running) -> None:
+    """Routed before a restart (or evicted): the client did nothing wrong, so no 404; the
+    guard's window has moved on, so the TTFT is not fed (it comes with the feedback)."""
+    out = _evicted_decision(api)
+    body = {"decision_id": out["decision_id"], "ttft_s": 0.4}
+    r = api.client.post("/v1/first-token", json=body)
+    assert (r.status_code, r.json()) == (200, {"decision_id": out["decision_id"], "fed": False})
+    fb = api.client.post("/v1/feedback", json={**body, "e2e_s": 1.0}).json()
+    assert fb["recorded"] is True
+    again = api.client.post("/v1/first-token", json=body)
+    assert (again.status_code, again.json()["fed"]) == (200, False)
+
+
 def test_a_whole_answer_of_an_evicted_decision_is_judged_on_its_end(api: Running) -> None:
     """No TTFT, a quick end: met, as `finish` judges it (the evicted path said missed)."""
     out = _evicted_decision(api)

@@ -91,7 +91,8 @@ class FirstTokenRequest(_Body):
 class FirstTokenResponse(BaseModel):
     decision_id: str
     fed: bool
-    """False when the guard already had this request's TTFT, or it has finished."""
+    """False when the guard already had this request's TTFT, it has finished, or the
+    decision is only in the audit DB (routed before a restart)."""
 
 
 class FeedbackResponse(BaseModel):

@@ -203,6 +203,10 @@ async def first_token(request: Request) -> Response:
     rt = runtime_of(request)
     entry = rt.pending.get(body.decision_id)
     if entry is None:
+        if await _known_outside_memory(rt, body.decision_id):
+            # Routed before a restart or evicted: its TTFT reaches the audit line with its
+            # /v1/feedback; a 404 told a client following the protocol it had erred.
+            return json_response({"decision_id": body.decision_id, "fed": False})
         return error_response(
             404,
             f"decision_id: no decision {body.decision_id!r} awaiting its first token; fix: "
@@ -210,6 +214,15 @@ async def first_token(request: Request) -> Response:
         )
     fed = rt.first_token(entry, body.ttft_s)
     return json_response({"decision_id": body.decision_id, "fed": fed})
+
+
+async def _known_outside_memory(rt: ServiceRuntime, decision_id: str) -> bool:
+    """A decision no longer held in memory but stored (or just judged late)."""
+    if decision_id in rt.late_outcomes:
+        return True
+    if rt.store is None:
+        return False
+    return await asyncio.to_thread(rt.store.find_decision, decision_id) is not None
 
 
 async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> dict[str, Any]:
