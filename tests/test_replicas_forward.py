@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
+from slaguard.guard.breaker import BreakerPhase
 from slaguard.guard.config import GuardConfig
 from slaguard.guard.forward import (
     MAX_AGE_S,
@@ -28,7 +29,7 @@ from slaguard.guard.leader import FileLeaderLease, lease_for
 from slaguard.guard.runtime import GuardReplica
 from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.notify.console import ConsoleNotifier
-from slaguard.scheduler.rollout import Arm
+from slaguard.scheduler.rollout import Arm, ModeKind, RolloutPlan
 
 MODEL = "llama3.1-8b"
 CARDS = ("h100", "h200", "a100", "l40s")
@@ -285,3 +286,48 @@ def test_a_follower_with_another_fleet_file_says_so_once(
     finally:
         for replica in (a, b, c):
             replica.close()
+
+
+def test_a_new_leader_keeps_the_baseline_tripped_breaker_of_the_last_one(
+    engine: Engine,
+) -> None:
+    """A trip during the round-robin baseline switches nothing; only the open breaker kept
+    the plan from entering its first stage. That breaker lived in the old leader's memory:
+    the new leader, its detectors empty, advanced the plan at once while the flood went
+    on. It now reopens the breaker from the incident the trip left open."""
+    config = GuardConfig.model_validate({**GUARD, "breaker": {"cooldown_s": 30.0}})
+    plan = RolloutPlan(baseline_s=20.0, stage_s=600.0)
+    a, b = (
+        GuardReplica(
+            engine, lease_for(engine.url, rid), ConsoleNotifier(), replica_id=rid,
+            config=config, plan=plan,
+        )
+        for rid in ("a", "b")
+    )  # fmt: skip
+    try:
+        start = now = time.time()  # the migration stamped the baseline's start: now
+        assert a.sync(now).leader and not b.sync(now).leader
+        for _ in range(15):  # one prompt is the whole traffic: a flood
+            for i in range(40):
+                a.observe_arrival(now + i / 40, "the-same-prompt")
+            now += 1.0
+            a.evaluate(now)
+        assert a.guard.incidents.current is not None, "the flood tripped"
+        assert a.current().kind is ModeKind.ROUND_ROBIN  # the baseline: nothing to switch
+        a.close()
+        now = start + 25.0  # the baseline is due, the flood goes on, b knows nothing of it
+        assert b.sync(now).leader
+        b.evaluate(now)
+        assert b.current().kind is ModeKind.ROUND_ROBIN, "no advance with the breaker open"
+        assert b.guard.breaker.phase is BreakerPhase.OPEN
+        for _ in range(40):  # the flood ends: varied prompts, good evaluations
+            for i in range(40):
+                b.observe_arrival(now + i / 40, f"prompt-{now}-{i}")
+            now += 1.0
+            b.sync(now)
+            b.evaluate(now)
+        assert b.current().label == "rollout(10)", "cleared after the cooldown, then advanced"
+        assert b.guard.incidents.current is None, "and the baseline's incident resolved"
+    finally:
+        a.close()
+        b.close()

@@ -341,9 +341,14 @@ class GuardReplica:
         self.guard.incidents.current = self.incidents.restore()
         last = RouterInputs.from_text(self.lease.latest(), now_s, None, INHERIT_MAX_AGE_S)
         self.guard.inherit_demotions(last.demoted)  # the last leader's, as published
-        st = self.guard.state
-        if st.mode.kind is ModeKind.ROUND_ROBIN and st.entered_by is TransitionKind.TRIP:
-            self.guard.breaker = BreakerState(BreakerPhase.OPEN, opened_at_s=st.since_s)
+        st, tripped = self.guard.state, self.guard.incidents.current
+        opened_s = st.since_s if st.entered_by is TransitionKind.TRIP else None
+        if tripped is not None and not tripped.cleared and st.auto_advance:
+            # A trip in the baseline switched nothing: only the open breaker holds the plan
+            # back (an empty new leader advanced it under the fault).
+            opened_s = tripped.opened_at_s
+        if st.mode.kind is ModeKind.ROUND_ROBIN and opened_s is not None:
+            self.guard.breaker = BreakerState(BreakerPhase.OPEN, opened_at_s=opened_s)
 
     def _adopt_newer(self, now_s: float) -> ModeState | None:
         if self.store.version() <= self.guard.state.version:
