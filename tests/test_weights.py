@@ -8,7 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slaguard.scheduler.config import LearningConfig
-from slaguard.scheduler.weights import WeightLearner, initial_weights
+from slaguard.scheduler.weights import (
+    WeightLearner,
+    Weights,
+    generation_of,
+    initial_weights,
+    stored_weights,
+    version_of,
+)
 
 START = initial_weights((0.2, 0.2, 0.2, 0.2, 0.2))
 CFG = LearningConfig(update_period_s=60.0, min_feedback=10)
@@ -37,7 +44,7 @@ def test_weight_moves_away_from_the_component_blamed_by_feedback() -> None:
     learner = WeightLearner(START, CFG)
     feed(learner, 500, 3, rng)
     new = learner.maybe_update(60.0)
-    assert new is not None and new.version == "eg-1"
+    assert new is not None and new.version == version_of(1, new.values)
     w = new.as_array()
     assert w[3] == pytest.approx(0.1925, abs=0.002)  # smoothed: a small first step
     assert w.sum() == pytest.approx(1.0)
@@ -46,7 +53,7 @@ def test_weight_moves_away_from_the_component_blamed_by_feedback() -> None:
     for k in range(2, 8):  # the same evidence, period after period, keeps pushing
         feed(learner, 500, 3, rng)
         learner.maybe_update(60.0 * k)
-    assert learner.weights.values[3] < 0.11 and learner.weights.version == "eg-7"
+    assert learner.weights.values[3] < 0.11 and generation_of(learner.weights.version) == 7
 
 
 def test_one_outlier_batch_cannot_jump_the_weights() -> None:
@@ -93,3 +100,19 @@ def test_weights_stay_on_the_simplex_with_a_floor(
         w = learner.weights.as_array()
         assert w.sum() == pytest.approx(1.0)
         assert (w >= CFG.floor / 5 - 1e-12).all()
+
+
+def test_a_version_names_its_weights_and_the_generation_counts_on() -> None:
+    """`eg-1` alone named different weights in each run (and in each replica); the audit
+    DB kept the first and showed it for every later run's decisions."""
+    a, b = (0.2, 0.2, 0.2, 0.2, 0.2), (0.3, 0.1, 0.2, 0.2, 0.2)
+    assert version_of(1, a) != version_of(1, b) and version_of(1, a) == version_of(1, a)
+    assert version_of(1, a).startswith("eg-1-") and generation_of(version_of(12, a)) == 12
+    assert generation_of("eg-3") == 3 and generation_of("w-2026-11-29T13") == 0
+    learner = WeightLearner(Weights(b, version_of(4, b)), CFG)
+    feed(learner, 500, 3, np.random.default_rng(2))
+    new = learner.maybe_update(60.0)
+    assert new is not None and generation_of(new.version) == 5
+    assert stored_weights(new.version, new.as_dict()) == new
+    assert stored_weights("x", {"compute": 1.0}) is None  # not the router's components
+    assert stored_weights("x", dict.fromkeys(new.as_dict(), 0.5)) is None  # not on the simplex

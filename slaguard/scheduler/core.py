@@ -68,16 +68,30 @@ class Scheduler:
     ) -> Weights | None:
         """`feedback` from kept components (None: nothing to learn, only the periodic
         update), for callers that kept the chosen row instead of the decision."""
-        if components is not None:
-            if ttft_s is None:
-                self.learner.observe_failure(components)
-            else:
-                self.learner.observe(components, ttft_s, deadline_s)
+        self.observe_outcome(components, ttft_s, deadline_s)
         return self.update_weights(now_s)
+
+    def observe_outcome(
+        self, components: np.ndarray | None, ttft_s: float | None, deadline_s: float
+    ) -> None:
+        """Feed one outcome to the learner without updating: a driver with its own weight
+        job (the service) refits there and stores each version."""
+        if components is None:
+            return
+        if ttft_s is None:
+            self.learner.observe_failure(components)
+        else:
+            self.learner.observe(components, ttft_s, deadline_s)
 
     def update_weights(self, now_s: float) -> Weights | None:
         """The hourly (configurable) weight update; the router picks up new weights at once."""
-        new = self.learner.maybe_update(now_s)
+        return self._adopt(self.learner.maybe_update(now_s))
+
+    def refit_weights(self, now_s: float) -> Weights | None:
+        """The weight update now, for a driver whose job keeps the period."""
+        return self._adopt(self.learner.update(now_s))
+
+    def _adopt(self, new: Weights | None) -> Weights | None:
         if new is not None:
             self.router.weights = new
         return new

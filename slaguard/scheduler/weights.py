@@ -11,6 +11,10 @@ no weight reaches 0. EG keeps weights on the simplex and has O(sqrt(T log n)) re
 
 from __future__ import annotations
 
+import hashlib
+import math
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +57,7 @@ class WeightLearner:
         self._x_sum = np.zeros(k)
         self._ema = np.zeros(k)
         self._last_update_s = self.started_s
+        self._generation = generation_of(self.weights.version)
 
     @property
     def pending(self) -> int:
@@ -80,6 +85,11 @@ class WeightLearner:
         """Apply accumulated feedback if a period has passed; returns the new weights."""
         if now_s - self._last_update_s < self.cfg.update_period_s:
             return None
+        return self.update(now_s)
+
+    def update(self, now_s: float) -> Weights | None:
+        """Apply accumulated feedback now (a caller that keeps its own period); the new
+        weights, or None with fewer than `min_feedback` samples."""
         self._last_update_s = now_s
         if self._n < self.cfg.min_feedback:
             return None
@@ -103,9 +113,39 @@ class WeightLearner:
         w /= w.sum()
         w = (1.0 - cfg.floor) * w + cfg.floor / len(w)
         self._generation += 1
-        return Weights(tuple(float(x) for x in w), f"eg-{self._generation}")
+        values = tuple(float(x) for x in w)
+        return Weights(values, version_of(self._generation, values))
 
 
 def initial_weights(values: tuple[float, ...]) -> Weights:
-    """The configured starting weights, version `eg-0`."""
-    return Weights(tuple(float(v) for v in values), "eg-0")
+    """The configured starting weights, generation 0."""
+    return Weights(tuple(float(v) for v in values), version_of(0, values))
+
+
+def version_of(generation: int, values: tuple[float, ...]) -> str:
+    """`eg-<generation>-<digest of the values>`: a version names one weight set for good.
+    As `eg-<generation>` alone, a restarted service (or a second replica) stored its own
+    `eg-1` under an id the audit DB already held for other weights, and `audit explain`
+    showed the first run's weights for the second run's decisions."""
+    digest = hashlib.blake2b(repr(tuple(float(v) for v in values)).encode(), digest_size=4)
+    return f"eg-{generation}-{digest.hexdigest()}"
+
+
+_GENERATION = re.compile(r"eg-(\d+)(?:-[0-9a-f]+)?")
+
+
+def generation_of(version: str) -> int:
+    """The generation a version counts from (0 for a name not of this learner's)."""
+    found = _GENERATION.fullmatch(version)
+    return int(found.group(1)) if found else 0
+
+
+def stored_weights(version: str, values: Mapping[str, float]) -> Weights | None:
+    """A stored weight set to start from, if it names exactly the router's components
+    with weights on the simplex (None otherwise: the configured start is used)."""
+    if set(values) != set(COMPONENTS):
+        return None
+    ordered = tuple(float(values[c]) for c in COMPONENTS)
+    if not all(math.isfinite(v) and v >= 0 for v in ordered) or abs(sum(ordered) - 1) > 1e-6:
+        return None
+    return Weights(ordered, version)

@@ -36,8 +36,9 @@ from slaguard.audit.migrate import (
     require_current_schema,
     upgrade,
 )
+from slaguard.audit.models import utc_from_unix
 from slaguard.audit.records import WeightVersionRecord
-from slaguard.audit.store import record_weight_version
+from slaguard.audit.store import record_weight_version, weights_at
 from slaguard.audit.writer import AuditWriter
 from slaguard.fleet import load_fleet
 from slaguard.guard.leader import default_replica_id, lease_for
@@ -47,6 +48,7 @@ from slaguard.notify.factory import notifier_from_env
 from slaguard.scheduler.config import RouterConfig, SchedulerConfig
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.rollout import RolloutPlan
+from slaguard.scheduler.weights import Weights, stored_weights
 from slaguard.service.config import ServiceConfig
 from slaguard.service.modes import ReplicaModes
 from slaguard.service.runtime import ServiceRuntime
@@ -90,6 +92,20 @@ def _schema_problem(engine: Engine) -> str | None:
     return None
 
 
+def _last_learned_weights(engine: Engine, now_s: float) -> Weights | None:
+    """The newest stored weight set: a restart continued from the configured start and
+    threw the learned weights away."""
+    try:
+        found = weights_at(engine, utc_from_unix(now_s))
+    except SQLAlchemyError as exc:
+        log.warning("learned weights not restored: %s", error_line(exc))
+        return None
+    weights = None if found is None else stored_weights(found.version, found.weights)
+    if weights is not None:
+        log.info("learned weights restored: version %s", weights.version)
+    return weights
+
+
 def build_service(
     config: ServiceConfig,
     *,
@@ -115,8 +131,10 @@ def build_service(
         migrating.dispose()
     engine = create_audit_engine(url, statement_timeout_s=SERVICE_STATEMENT_TIMEOUT_S)
     now = clock()
+    schema_current = _schema_problem(engine) is None
     sched_cfg = SchedulerConfig(router=RouterConfig(stale_after_s=config.telemetry.stale_after_s))
-    scheduler = Scheduler(fleet, sched_cfg, now_s=now)
+    start = _last_learned_weights(engine, now) if schema_current else None
+    scheduler = Scheduler(fleet, sched_cfg, now_s=now, weights=start)
     metrics = SlaguardMetrics(registry or CollectorRegistry(), targets=fleet_target_labels(fleet))
     writer = AuditWriter(
         engine,
@@ -136,7 +154,7 @@ def build_service(
         config=config.guard,
         plan=RolloutPlan(r.baseline_s, r.stage_s, r.stages_pct),
     )
-    if _schema_problem(engine) is None:
+    if schema_current:
         replica.sync(now)  # route with the stored mode from the first request on
     modes = ReplicaModes(replica, scheduler.state, metrics)
     runtime = ServiceRuntime(

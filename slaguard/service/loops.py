@@ -183,7 +183,7 @@ class ServiceLoops:
 
     async def weight_update(self, now_s: float) -> None:
         rt = self.runtime
-        new = rt.scheduler.update_weights(now_s)
+        new = rt.scheduler.refit_weights(now_s)  # the job keeps the period (loops.weights_s)
         if new is None or rt.engine is None:
             return
         rec = WeightVersionRecord(new.version, now_s, new.as_dict())

@@ -285,9 +285,9 @@ class ServiceRuntime:
         if entry.target_index is not None:
             self.scheduler.state.add_queue(entry.target_index, -1)
         if status != "ok":
-            self.scheduler.learn(entry.learner_components, None, entry.deadline_s, now)
+            self.scheduler.observe_outcome(entry.learner_components, None, entry.deadline_s)
         elif ttft_s is not None:
-            self.scheduler.learn(entry.learner_components, ttft_s, entry.deadline_s, now)
+            self.scheduler.observe_outcome(entry.learner_components, ttft_s, entry.deadline_s)
         if self.writer is not None:
             try:
                 self.writer.enqueue(
