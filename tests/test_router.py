@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from helpers import req
+from helpers import fleet_of, req
 
 from slaguard.fleet import Priority, load_fleet
 from slaguard.scheduler.config import SchedulerConfig
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.explain import Outcome, Reason
-from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, Arm
+from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, Arm, FleetMode
 
 
 @pytest.fixture()
@@ -152,6 +152,32 @@ def test_degrades_to_smaller_variant_when_no_target_meets_deadline(sched: Schedu
     strict = Scheduler(sched.fleet, SchedulerConfig(degrade=False))
     strict.state.rows[:] = sched.state.rows
     assert strict.decide(r, 0.0, LEARNED).outcome is Outcome.ROUTED
+
+
+@pytest.mark.parametrize("mode", [ROUND_ROBIN, LEARNED])
+def test_a_model_no_target_serves_goes_to_the_model_it_degrades_to(mode: FleetMode) -> None:
+    """The service admits a model whose `degrade_to` the fleet serves; the router answered
+    every request for it `no_capacity` (a 503 retried for ever), under either arm."""
+    fleet = fleet_of(
+        {"id": "h100-8b", "model": "llama3.1-8b", "card": "h100"},
+        {"id": "l40s-8b", "model": "llama3.1-8b", "card": "l40s"},
+    )
+    sched = Scheduler(fleet)
+    for t in fleet:
+        sched.state.refresh(t.index, 0.0, queue_depth=0)
+    targets = set()
+    for i in range(4):
+        d = sched.decide(req(f"r{i}", model="llama3.1-70b"), 0.0, mode)
+        assert d.outcome is Outcome.DEGRADED and d.served_model == "llama3.1-8b"
+        assert d.request.model_id == "llama3.1-70b" and d.target is not None
+        e = d.explanation.to_dict()
+        assert e["degraded_from"] == "llama3.1-70b"
+        assert "no target serves llama3.1-70b at priority normal" in e["notes"][-1]
+        targets.add(d.target.id)
+    if mode == ROUND_ROBIN:
+        assert targets == {"h100-8b", "l40s-8b"}  # turns among the 8B targets
+    strict = Scheduler(fleet, SchedulerConfig(degrade=False))
+    assert strict.decide(req("x", model="llama3.1-70b"), 0.0, mode).outcome is Outcome.NO_CAPACITY
 
 
 def test_prefix_home_keeps_prompts_together(sched: Scheduler) -> None:

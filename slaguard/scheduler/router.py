@@ -11,7 +11,7 @@ one indexing operation, so a decision costs tens of microseconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from slaguard.fleet.fleet import Fleet
 from slaguard.fleet.request import Priority, Request
 from slaguard.scheduler.config import SchedulerConfig
 from slaguard.scheduler.explain import Decision, Explanation, Outcome, Reason
+from slaguard.scheduler.groups import CandidateGroup, build_groups
 from slaguard.scheduler.kv import PrefixDirectory, decide_spill, kv_transfer_s
 from slaguard.scheduler.rollout import Arm, ab_bucket
 from slaguard.scheduler.state import (
@@ -42,63 +43,6 @@ _MEMORY, _CONTEXT, _UNHEALTHY, _STALE, _DEMOTED = (
 
 TYPICAL_PROMPT_TOKENS = 1024
 """Prompt size assumed for each queued request in the TTFT estimate."""
-
-
-@dataclass(frozen=True, slots=True)
-class CandidateGroup:
-    """Pre-filter table entry: the targets serving one (model, priority) and their statics."""
-
-    model_id: str
-    indices: np.ndarray
-    compute: np.ndarray
-    interconnect: np.ndarray
-    slots: np.ndarray
-    kv_budget_gb: np.ndarray
-    static_gb: np.ndarray
-    context_window: np.ndarray
-    min_context: int
-    limit_gb: np.ndarray
-    seconds_per_token: np.ndarray
-    kv_bytes_per_token: float
-    prefiltered_out: int
-
-
-def _build_groups(fleet: Fleet, cfg: SchedulerConfig) -> dict[tuple[str, Priority], CandidateGroup]:
-    max_ic = max(t.card.interconnect_gbps for t in fleet)
-    groups: dict[tuple[str, Priority], CandidateGroup] = {}
-    for model_id in fleet.models:
-        serving = [t for t in fleet if t.model.id == model_id]
-        if not serving:
-            continue
-        max_tflops = max(t.tflops for t in serving)
-        max_bw = max(t.card.memory_bandwidth_gbps * t.tp for t in serving)
-        for prio in Priority:
-            ts = [t for t in serving if prio in t.priorities]
-            if not ts:
-                continue
-            gen = [cfg.router.generations.get(t.card.generation) for t in ts]
-            gc = np.array([g.compute if g else 1.0 for g in gen])
-            gi = np.array([g.interconnect if g else 1.0 for g in gen])
-            tflops = np.array([t.tflops for t in ts])
-            bw = np.array([t.card.memory_bandwidth_gbps * t.tp for t in ts])
-            speed = 0.5 * tflops / max_tflops + 0.5 * bw / max_bw
-            flops_per_token = ts[0].model.prefill_flops_per_token
-            groups[(model_id, prio)] = CandidateGroup(
-                model_id=model_id,
-                indices=np.array([t.index for t in ts], dtype=np.intp),
-                compute=gc * tflops / max_tflops,
-                interconnect=gi * np.array([t.card.interconnect_gbps for t in ts]) / max_ic,
-                slots=cfg.router.load_slots_per_unit * speed,
-                kv_budget_gb=np.array([t.kv_budget_gb for t in ts]),
-                static_gb=np.array([t.static_gb for t in ts]),
-                context_window=np.array([t.model.context_window for t in ts]),
-                min_context=min(t.model.context_window for t in ts),
-                limit_gb=np.array([t.static_gb + t.kv_budget_gb for t in ts]),
-                seconds_per_token=flops_per_token / (tflops * 1e12 * cfg.router.mfu_prefill),
-                kv_bytes_per_token=ts[0].model.kv_bytes_per_token,
-                prefiltered_out=len(fleet) - len(ts),
-            )
-    return groups
 
 
 class RoundRobin:
@@ -133,7 +77,7 @@ class Router:
         self.cfg = cfg
         self.weights = weights
         self.directory = directory if directory is not None else PrefixDirectory()
-        self.groups = _build_groups(fleet, cfg)
+        self.groups = build_groups(fleet, cfg)
         self.round_robin = RoundRobin()
 
     @property
@@ -150,7 +94,7 @@ class Router:
         key = (request.model_id, request.priority)
         group = self.groups.get(key)
         if group is None:
-            return self._no_candidates(request, arm, key)
+            return self._route_unserved(request, now_s, arm, key)
         reasons, rows, v_peak = self._eligibility(group, request, now_s)
         eligible = reasons == 0
         if arm is Arm.ROUND_ROBIN:
@@ -366,6 +310,26 @@ class Router:
             served_model=served_model or group.model_id,
             transfer_s=transfer_s,
         )
+
+    def _route_unserved(
+        self, request: Request, now_s: float, arm: Arm, key: tuple[str, Priority]
+    ) -> Decision:
+        """A model no target serves at this priority but whose `degrade_to` one is: that
+        model's targets take it, under either arm (the service admits such a model, and
+        every request for it was no capacity, retried for ever)."""
+        spec = self.fleet.models.get(request.model_id)
+        variant = None if spec is None else spec.degrade_to
+        if not self.cfg.degrade or variant is None or (variant, key[1]) not in self.groups:
+            return self._no_candidates(request, arm, key)
+        inner = self.route(replace(request, model_id=variant), now_s, arm)
+        inner.explanation.degraded_from = request.model_id
+        inner.explanation.notes.append(
+            f"no target serves {key[0]} at priority {key[1].value}: degraded to {variant}"
+        )
+        if inner.target is None:
+            return replace(inner, request=request, served_model=request.model_id)
+        outcome = Outcome.DEGRADED if inner.outcome is Outcome.ROUTED else inner.outcome
+        return replace(inner, request=request, outcome=outcome, served_model=variant)
 
     def _no_candidates(self, request: Request, arm: Arm, key: tuple[str, Priority]) -> Decision:
         empty = np.empty(0, dtype=np.intp)
