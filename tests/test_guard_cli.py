@@ -19,10 +19,12 @@ from typer.testing import CliRunner
 
 from slaguard.audit.models import ModeChange
 from slaguard.cli.main import app
+from slaguard.guard import modes
 from slaguard.guard.incident_store import IncidentStore
 from slaguard.guard.leader import lease_for
 from slaguard.guard.persist import EventPersister
 from slaguard.guard.store import GuardStore
+from slaguard.scheduler.rollout import RolloutPlan
 
 runner = CliRunner()
 
@@ -199,3 +201,25 @@ def test_the_installed_command_acts_on_the_database(pg_audit_engine: Engine) -> 
     assert done.returncode == 0, done.stderr
     assert done.stdout == "rollout 'rollout(10)' aborted: fleet on round_robin by ops (drill)\n"
     assert GuardStore(pg_audit_engine).load(time.time()).mode.label == "round_robin"
+
+
+def test_resume_enters_the_plans_first_stage_as_the_guard_last_did(audit_engine: Engine) -> None:
+    """A service whose plan starts at 20 %: `slaguard resume` (no --stage) entered 10 %,
+    a stage that plan does not have. It now takes the stage the guard entered from
+    round-robin; the status line of a hold no longer offers the breaker as a way out."""
+    store = GuardStore(audit_engine)
+    now = time.time()
+    plan = RolloutPlan(baseline_s=0.0, stage_s=60.0, stages_pct=(20, 60, 100))
+    advanced = modes.advance(store.load(now), now, plan)
+    assert advanced.transition is not None and store.save(advanced.transition, now).saved
+    assert store.planned_first_stage() == 20
+    change(audit_engine, "rollback", "--hold", "--reason", "drill")
+    assert "held: nothing automatic leaves it" in ok("status", "--db", url_of(audit_engine))
+    me = getpass.getuser()
+    assert change(audit_engine, "resume") == f"fleet resumed at rollout(20) by {me} (manual resume)"
+    change(audit_engine, "rollback", "--reason", "again")
+    assert "stays until `slaguard resume`" in ok("status", "--db", url_of(audit_engine))
+    assert change(audit_engine, "resume", "--stage", "60").startswith(
+        "fleet resumed at rollout(60)"
+    )
+    assert store.planned_first_stage() == 20, "a human's stage is not the plan's"

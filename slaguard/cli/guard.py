@@ -42,6 +42,7 @@ from slaguard.guard.queries import arm_sla, incident_list, mode_history
 from slaguard.guard.runtime import NOT_LOADED
 from slaguard.guard.store import GuardStore
 from slaguard.plaintext import visible
+from slaguard.scheduler.rollout import ModeKind
 
 _T = TypeVar("_T")
 GUARD_STATEMENT_TIMEOUT_S = 15.0
@@ -101,7 +102,9 @@ def _say(outcome: ManualOutcome) -> None:
 
 
 def rollback(
-    reason: str | None = typer.Option(None, "--reason", help="Why (recorded with the switch)."),
+    reason: str | None = typer.Option(
+        None, "--reason", help="Why (required; recorded with the switch)."
+    ),
     hold: bool = typer.Option(False, "--hold", help="Keep it there: nothing automatic leaves."),
     actor: str | None = ActorOption,
     db: str | None = DbOption,
@@ -116,7 +119,10 @@ def rollback(
 
 def resume(
     stage: str | None = typer.Option(
-        None, "--stage", help="Rollout stage in percent (default: the plan's first, 10)."
+        None,
+        "--stage",
+        help="Rollout stage in percent (default: the plan's first, as the guard last entered "
+        "it from round-robin; 10 before it ever has).",
     ),
     reason: str | None = typer.Option(None, "--reason", help="Why (recorded with the switch)."),
     actor: str | None = ActorOption,
@@ -134,6 +140,8 @@ def resume(
     who = _actor(actor)
     why = _reason(reason, "manual resume")
     engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
+    if stage_pct is None:
+        stage_pct = _query(GuardStore(engine).planned_first_stage)
     _say(_run(engine, ManualAction.RESUME, actor=who, reason=why, stage_pct=stage_pct))
 
 
@@ -189,11 +197,7 @@ def status(
         typer.echo(json.dumps(payload, indent=2))
         return
     kind = "" if st.entered_by is None else f" ({st.entered_by.value})"
-    plan = (
-        "advances by the rollout plan"
-        if st.auto_advance
-        else "stays until a human (or the breaker) moves it"
-    )
+    plan = _plan_line(st.mode.kind, st.auto_advance)
     lines = [
         f"fleet mode:   {st.mode.label} since {_utc(st.since_s)} ({_ago(now_s - st.since_s)} ago)",
         f"why:          {st.reason}{kind}",
@@ -260,6 +264,17 @@ def incidents(
     frame = _query(lambda: incident_list(engine, open_only=open_only, since=start))
     with writing(output):
         emit_frame(frame, fmt, output, "open incidents" if open_only else "incidents")
+
+
+def _plan_line(kind: ModeKind, auto_advance: bool) -> str:
+    """What moves the fleet from here (a hold said "or the breaker", which never leaves one)."""
+    if auto_advance:
+        return "advances by the rollout plan"
+    if kind is ModeKind.HELD_ROUND_ROBIN:
+        return "held: nothing automatic leaves it; `slaguard resume` does"
+    if kind is ModeKind.ROUND_ROBIN:
+        return "stays until `slaguard resume` (or an automatic return, if enabled)"
+    return "stays until the breaker trips or a human moves it"
 
 
 def _query(run: Callable[[], _T]) -> _T:

@@ -41,6 +41,7 @@ _KINDS = {k.value: k for k in TransitionKind}
 _LOAD_ATTEMPTS = 3
 _RECENT_CHANGES = 200
 _RETURNS = (TransitionKind.MANUAL_RESUME, TransitionKind.AUTO_RETURN)
+_PLANNED = (TransitionKind.STAGE_ADVANCE, TransitionKind.AUTO_RETURN)
 
 
 class FleetStateMissingError(LookupError):
@@ -178,6 +179,22 @@ class GuardStore:
         for at, reason, evidence in rows:
             if transition_kind(evidence, reason) in _RETURNS:
                 return _seconds(at)
+        return None
+
+    def planned_first_stage(self) -> int | None:
+        """The rollout plan's first stage as the guard last entered it from round-robin
+        (a plan advance or an automatic return), from the newest mode changes: the CLI
+        has no service config, and its default stage was not the plan's."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(ModeChange.to_mode, ModeChange.reason, ModeChange.evidence)
+                .where(ModeChange.from_mode == ModeKind.ROUND_ROBIN.value)
+                .order_by(ModeChange.id.desc())
+                .limit(_RECENT_CHANGES)
+            ).all()
+        for to_mode, reason, evidence in rows:
+            if transition_kind(evidence, reason) in _PLANNED and to_mode.startswith("rollout("):
+                return FleetMode.parse(to_mode).stage_pct
         return None
 
     def _switch_times(self, conn: Connection, now_s: float) -> tuple[float, ...]:
