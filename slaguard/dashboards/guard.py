@@ -59,7 +59,8 @@ def build() -> db.Dashboard:
     detectors = [
         ts(
             "Detector trips",
-            "Trips (ok -> trip edges that acted) per detector within each interval.",
+            "Breaker trips per detector, and rollbacks and holds (manual, alertmanager), within "
+            "each interval.",
             units.Short,
             [(increase(_TRIPS, "detector"), "{{detector}}")],
             bars=True,

@@ -29,7 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit.engine import error_line
 from slaguard.guard import rollout_compare
-from slaguard.guard.events import GuardEvent, VerdictEvent, VerdictPhase
+from slaguard.guard.events import BreakerEvent, GuardEvent, VerdictEvent
 from slaguard.guard.manual import ManualAction, ManualOutcome, ModeBusyError
 from slaguard.guard.modes import ModeState
 from slaguard.guard.runtime import GuardReplica
@@ -136,6 +136,12 @@ def _acted_on(alert: FiringAlert, returned_s: float | None) -> bool:
     return (
         returned_s is not None and alert.starts_at_s is not None and alert.starts_at_s < returned_s
     )
+
+
+def _tripped_by(trip: BreakerEvent) -> str:
+    """The detector of the trip's first verdict, the one its reason and incident name."""
+    verdicts: list[JsonDict] = trip.evidence.get("verdicts") or [{}]
+    return str(verdicts[0].get("detector", "other"))
 
 
 def alert_verdict(firing: list[FiringAlert], now_s: float) -> Verdict:
@@ -251,8 +257,9 @@ class ReplicaModes:
     async def command(
         self, action: str, now_s: float, *, actor: str, reason: str, stage_pct: int | None = None
     ) -> ModeChange:
-        outcome = await self._run(ManualAction(action), now_s, actor, reason, stage_pct, None)
-        if outcome.result.changed:
+        manual = ManualAction(action)
+        outcome = await self._run(manual, now_s, actor, reason, stage_pct, None)
+        if outcome.result.changed and manual is not ManualAction.RESUME:
             self.metrics.count_trip("manual")
         return self._answer(outcome)
 
@@ -324,12 +331,13 @@ class ReplicaModes:
         return ModeChange(outcome.result.changed, st.mode.label, st.version, outcome.result.message)
 
     def _count(self, events: list[GuardEvent]) -> None:
+        """A trip is the breaker's, when it acts (switches the fleet, or opens or updates
+        the incident): a raised trip verdict the breaker never acts on is not one."""
         for event in events:
-            if isinstance(event, VerdictEvent) and event.phase is not VerdictPhase.ENDED:
-                if event.verdict.action is Action.TRIP:
-                    self.metrics.count_trip(event.verdict.detector)
-                elif event.verdict.action is Action.DEMOTE:
-                    self.metrics.count_demotion(event.verdict.subject.removeprefix("target:"))
+            if isinstance(event, BreakerEvent) and event.signal == "trip":
+                self.metrics.count_trip(_tripped_by(event))
+            elif isinstance(event, VerdictEvent) and event.verdict.action is Action.DEMOTE:
+                self.metrics.count_demotion(event.verdict.subject.removeprefix("target:"))
 
     def _publish_reports(self) -> None:
         for report in self.replica.reports:

@@ -212,7 +212,7 @@ class MetricFamilies:
         )
         self.detector_trips = Counter(
             "slaguard_detector_trips_total",
-            "Detector trips (ok -> trip edges that act).",
+            "Breaker trips by detector; rollbacks and holds by an operator or Alertmanager.",
             ["detector"],
             registry=r,
         )

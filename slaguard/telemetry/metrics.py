@@ -207,7 +207,7 @@ class SlaguardMetrics(MetricFamilies):
         self.detector_threshold.labels(detector).set(threshold)
 
     def count_trip(self, detector: str) -> None:
-        """A detector tripped and acted (switched the fleet, demoted, paged)."""
+        """The breaker tripped on this detector, or an operator or Alertmanager rolled back."""
         self.detector_trips.labels(DETECTORS.clean(detector)).inc()
 
     # Audit writer, scheduler, Slack.
