@@ -260,7 +260,7 @@ class MetricFamilies:
         )
         self.job_runs = Counter(
             "slaguard_scheduler_job_runs_total",
-            "Scheduler job runs that started.",
+            "Scheduler job runs that finished (raised or not).",
             ["scheduler_job"],
             registry=r,
         )
