@@ -7,10 +7,12 @@ own decoder made of them (explanations rendered by that version)."""
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import usual_umask
 from sqlalchemy import Engine, text
 
 from slaguard.audit.lines_decode import decode_lines
@@ -70,19 +72,21 @@ def test_lines_no_version_can_read_are_counted_and_kept_aside(
     audit_engine: Engine, tmp_path: Path
 ) -> None:
     """They were skipped with an ERROR line each and deleted with their segment: the loss
-    reached no counter, and nothing was left to recover from."""
+    reached no counter, and nothing was left to recover from. The file they are kept in
+    followed the umask (0644: records readable by anyone)."""
     spill = tmp_path / "spill"
     spill.mkdir()
     good = _lines("37952cf")
     bad = [b"Q{'a future format'}\n", b"B[not json\x02\n"]
     (spill / f"{0:020d}{SEGMENT_SUFFIX}").write_bytes(b"".join(good[:3] + bad + good[3:]))
     lost: list[int] = []
-    with AuditWriter(audit_engine, spill, on_records_lost=lost.append) as writer:
+    with usual_umask(), AuditWriter(audit_engine, spill, on_records_lost=lost.append) as writer:
         assert writer.wait_flushed(30), writer.stats()
         assert writer.stats().torn_records == 2
     assert sum(lost) == 2
     # kept after the fleet line they may need, so the file replays as a segment
     assert (spill / QUARANTINE_FILE).read_bytes() == b"".join(good[:1] + bad)
+    assert stat.S_IMODE((spill / QUARANTINE_FILE).stat().st_mode) == 0o600
     assert not list(spill.glob(f"*{SEGMENT_SUFFIX}"))  # replayed: the segment is gone
     with audit_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM decisions")).scalar_one() == 4

@@ -163,15 +163,17 @@ class _Child:
             )  # fmt: skip
 
     def quarantine(self, lines: list[bytes]) -> None:
-        """Append unreadable lines to `QUARANTINE_FILE` (fsync'd) before their segment may
-        be deleted, after the fleet lines they may need, so the file replays as a segment
-        under a version that reads them; a failure is logged, the batch goes on."""
+        """Append unreadable lines to `QUARANTINE_FILE` (fsync'd; created 0600, like the
+        segments it came from) before their segment may be deleted, after the fleet lines
+        they may need, so the file replays as a segment under a version that reads them;
+        a failure is logged, the batch goes on."""
         if not lines:
             return
         path = self.spill / QUARANTINE_FILE
         headers = [line for line, kept in self.fleet_lines.items() if not kept]
         try:
-            with path.open("ab") as f:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "ab") as f:
                 f.write(b"".join(headers + lines))
                 f.flush()
                 os.fsync(f.fileno())
