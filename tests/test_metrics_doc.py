@@ -1,4 +1,5 @@
-"""docs/metrics.md and the real exposition name the same families, types and labels."""
+"""docs/metrics.md and the real exposition name the same families, types and labels, and
+its "Size" figures are the default fleet's."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ from slaguard.telemetry import SlaguardMetrics, render_snapshot
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 ROW = re.compile(r"^\| `(?P<name>slaguard_\w+)` \| (?P<type>\w+) \| (?P<labels>[^|]*) \|")
+SIZE = re.compile(
+    r"default (?P<targets>\d+)-target fleet a fresh registry exposes (?P<samples>[\d,]+) "
+    r"samples, and the service\s+adds the gateway's (?P<gateway>\d+) \(about (?P<kb>\d+) kB"
+)
 
 
 def documented() -> dict[str, tuple[str, frozenset[str]]]:
@@ -25,6 +30,10 @@ def documented() -> dict[str, tuple[str, frozenset[str]]]:
             labels = frozenset(x.strip() for x in m["labels"].split(",") if x.strip())
             rows[m["name"]] = (m["type"], labels)
     return rows
+
+
+def sample_count(registry: CollectorRegistry) -> int:
+    return sum(len(fam.samples) for fam in registry.collect())
 
 
 def exposed() -> dict[str, tuple[str, frozenset[str]]]:
@@ -48,3 +57,18 @@ def test_documented_types_and_labels_match_the_exposition() -> None:
     docs, live = documented(), exposed()
     wrong = {name: (docs[name], live[name]) for name in live if docs.get(name) != live[name]}
     assert wrong == {}
+
+
+def test_the_documented_size_is_the_default_fleets() -> None:
+    """The figures drifted unnoticed (1,075 documented, 1,058 exposed)."""
+    size = SIZE.search(DOC.read_text(encoding="utf-8"))
+    assert size is not None, "docs/metrics.md: the Size sentence changed; update SIZE"
+    fleet = load_fleet()
+    metrics = SlaguardMetrics.for_fleet(CollectorRegistry(), fleet)
+    own = sample_count(metrics.registry)
+    GatewayMetrics(metrics.registry)
+    kb = len(render_snapshot(metrics.registry).encode()) / 1000
+    assert int(size["targets"]) == len(fleet.targets)
+    assert int(size["samples"].replace(",", "")) == own
+    assert int(size["gateway"]) == sample_count(metrics.registry) - own
+    assert abs(int(size["kb"]) - kb) <= 1, f"{kb:.1f} kB"
