@@ -235,7 +235,7 @@ class MetricFamilies:
         )
         self.audit_spill_bytes = Gauge(
             "slaguard_audit_spill_bytes",
-            "Bytes of audit rows spilled to disk, not yet stored.",
+            "Bytes in the audit spill journal not yet confirmed in the database.",
             registry=r,
         )
         self.audit_rows_written = Counter(
