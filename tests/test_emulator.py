@@ -166,3 +166,18 @@ def test_a_client_leaving_a_whole_answer_frees_its_place(emu: str) -> None:
     engine = _APP.state.engine
     wait_for("the abandoned request to leave the batch", lambda: not engine.running, 5.0)
     assert engine.kv_reserved == 0
+
+
+def test_fault_switches_take_json_whatever_the_content_type(emu: str) -> None:
+    """`curl -XPOST :PORT/admin/fail -d '{"mode":"refuse"}'`, as docs/service.md shows it,
+    sends a form content type: it got a 422 "Input should be a valid dictionary"."""
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    try:
+        r = httpx.post(f"{emu}/admin/fail", content=b'{"mode":"refuse"}', headers=form)
+        assert (r.status_code, r.json()["fail"]) == (200, "refuse"), r.text
+        r = httpx.post(f"{emu}/admin/slowdown", content=b'{"factor":2}', headers=form)
+        assert (r.status_code, r.json()["slowdown"]) == (200, 2), r.text
+        bad = httpx.post(f"{emu}/admin/fail", content=b'{"mode":"melt"}', headers=form)
+        assert bad.status_code == 422 and bad.json()["detail"].startswith("mode: "), bad.text
+    finally:
+        httpx.post(f"{emu}/admin/recover")

@@ -10,6 +10,7 @@
 | `POST /admin/fail {"mode": "break"}` | streams drop right after their first token |
 | `POST /admin/recover` | clear every fault |
 
+The admin bodies are JSON whatever their Content-Type (`curl -d` sends a form type).
 Prompt size is estimated at 4 characters per token; answers are the word `tok` repeated.
 """
 
@@ -21,22 +22,23 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from slaguard.emulator.engine import BROKEN, DONE, Engine, FailMode, Sequence
 from slaguard.fleet import Target
-from slaguard.service.hotpath import unless_client_leaves
+from slaguard.service.hotpath import json_body, unless_client_leaves, validation_message
 from slaguard.sim.latency import LatencyModel
 
 CHARS_PER_TOKEN = 4.0
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 60.0)
 TPOT_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.1, 0.2, 0.5, 1.0)
 E2E_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0)
+_Body = TypeVar("_Body", bound=BaseModel)
 
 
 class SlowdownBody(BaseModel):
@@ -49,6 +51,15 @@ class FailBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: FailMode = FailMode.REFUSE
+
+
+async def _parsed(request: Request, model: type[_Body]) -> _Body:
+    """`model` from the body as JSON whatever its Content-Type: FastAPI reads a declared
+    body of any other type as a form, and `curl -d` (no -H) is how one flips a fault."""
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise HTTPException(422, validation_message(exc.errors())) from None
 
 
 class VllmMetrics:
@@ -275,14 +286,14 @@ def create_emulator_app(
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type="text/plain; version=0.0.4")
 
-    @app.post("/admin/slowdown")
-    async def slowdown(body: SlowdownBody) -> dict[str, Any]:
-        engine.faults.slowdown = body.factor
+    @app.post("/admin/slowdown", openapi_extra=json_body(SlowdownBody))
+    async def slowdown(request: Request) -> dict[str, Any]:
+        engine.faults.slowdown = (await _parsed(request, SlowdownBody)).factor
         return faults()
 
-    @app.post("/admin/fail")
-    async def fail(body: FailBody) -> dict[str, Any]:
-        engine.faults.fail = body.mode
+    @app.post("/admin/fail", openapi_extra=json_body(FailBody))
+    async def fail(request: Request) -> dict[str, Any]:
+        engine.faults.fail = (await _parsed(request, FailBody)).mode
         return faults()
 
     @app.post("/admin/recover")
