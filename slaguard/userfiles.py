@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -76,12 +77,16 @@ class UniqueKeyLoader(yaml.SafeLoader):
     the second `targets:` replaced the first without a word."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
+        first: dict[Any, yaml.Mark] = {}  # where each key was first given, for the message
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise DuplicateKeyError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.add(key)
+            if not isinstance(key, Hashable):
+                continue  # a list or mapping as a key: the base loader refuses it in one line
+            if key in first:
+                raise DuplicateKeyError(
+                    "first given", first[key], f"duplicate key {key!r}", key_node.start_mark
+                )
+            first[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
 
 
@@ -91,9 +96,10 @@ def parse_user_yaml(text: str, source: str, error: type[Exception]) -> Any:
         return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except DuplicateKeyError as exc:
         line = yaml_error_line(exc)
+        first = None if exc.context_mark is None else exc.context_mark.line + 1
         raise error(
-            f"{source}: line {line}: {exc.problem}; fix: keep one (the second would replace "
-            "the first)"
+            f"{source}: line {line}: {exc.problem} (first on line {first}); fix: keep one "
+            "(the second would replace the first)"
         ) from None
     except yaml.YAMLError as exc:
         line = yaml_error_line(exc)

@@ -154,8 +154,14 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
         "targets:\n  - {id: a, model: llama3.1-8b, card: l40s}\n"
         "targets:\n  - {id: b, model: llama3.1-8b, card: h100}\n"
     )
-    with pytest.raises(FleetError, match=r"twice.yaml: line 3: duplicate key 'targets'; fix:"):
+    with pytest.raises(
+        FleetError, match=r"twice.yaml: line 3: duplicate key 'targets' \(first on line 1\); fix:"
+    ):
         load_fleet(twice)
+    listed = tmp_path / "listed.yaml"  # an unhashable key raised a bare TypeError
+    listed.write_text("? [a, b]\n: 1\n")
+    with pytest.raises(FleetError, match=r"listed.yaml: line \d+: invalid YAML"):
+        load_fleet(listed)
 
 
 def test_count_expands_ids_and_url_template() -> None:
