@@ -18,6 +18,7 @@ from slaguard.audit.writer import open_writer
 from slaguard.cli.main import app
 from slaguard.fleet import load_fleet
 from slaguard.guard.queries import mode_history
+from slaguard.guard.store import GuardStore
 from slaguard.scheduler.rollout import (
     HELD_ROUND_ROBIN,
     LEARNED,
@@ -74,10 +75,15 @@ def test_every_simulated_request_lands_once_and_explains(sqlite_url: URL, tmp_pa
         assert conn.execute(text("select count(distinct request_id) from decisions")).scalar() == n
         assert conn.execute(text("select count(*) from outcomes")).scalar() == n
         modes = conn.execute(text("select from_mode, to_mode from mode_changes order by at")).all()
+        used = conn.execute(text("select distinct weights_version from decisions")).scalars()
+        stored = conn.execute(text("select version from weight_versions")).scalars()
+        assert set(used) == set(stored), "every version a decision names is stored"
     assert [tuple(m) for m in modes][:2] == [
         ("round_robin", "rollout(10)"),
         ("rollout(10)", "rollout(50)"),
     ]
+    now = time.time()
+    assert GuardStore(writer.engine).load(now).switches_within_hour(now) == 0, "history only"
     runner = CliRunner()
     rid = workload.request_id(7)
     shown = runner.invoke(app, ["audit", "explain", rid, "--db", db, "--format", "json"])
@@ -115,6 +121,27 @@ def test_simulate_cli_records_the_run(tmp_path: Path) -> None:
         app, ["audit", "decisions", "--since", "-3h", "--db", db, "--format", "csv"]
     )
     assert listed.exit_code == 0 and len(listed.output.strip().splitlines()) == 201
+
+
+def test_a_second_run_into_one_database_is_refused_and_times_are_past(tmp_path: Path) -> None:
+    """A second run's request ids are its trace's: its rows were dropped as duplicates
+    while it said "recorded" and exit 0, its history appended to the first run's. And the
+    drain after the last arrival was dated in the future."""
+    db = f"sqlite:///{tmp_path / 'sim.db'}"
+    args = ["simulate", "--trace", str(AZURE_FIXTURE), "--rate-scale", "20", "--audit-db", db]
+    first = CliRunner().invoke(app, [*args, "--policy", "round-robin"])
+    assert first.exit_code == 0, first.output
+    ended = time.time()
+    with sqlite3.connect(tmp_path / "sim.db") as conn:
+        latest = conn.execute("select max(finished_at) from outcomes").fetchone()[0]
+        rows = conn.execute("select count(*) from decisions").fetchone()[0]
+    assert datetime.fromisoformat(latest).replace(tzinfo=UTC).timestamp() < ended - 60
+    again = CliRunner().invoke(app, [*args, "--policy", "learned"])
+    assert again.exit_code == 2 and again.stdout == "", again.output
+    assert "already holds decisions (another run, or a service's)" in again.stderr
+    assert "fix: record each run in a new database" in again.stderr
+    with sqlite3.connect(tmp_path / "sim.db") as conn:
+        assert conn.execute("select count(*) from decisions").fetchone()[0] == rows
 
 
 def test_simulate_cli_takes_a_bare_file_path(

@@ -12,10 +12,12 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit.engine import error_line, shown_url
 from slaguard.audit.migrate import SchemaNotCurrentError, upgrade
+from slaguard.audit.models import Decision, Incident, ModeChange
 from slaguard.audit.spill import SpillInUseError
 from slaguard.audit.writer import open_writer
 from slaguard.cli.db import connect
@@ -27,7 +29,13 @@ from slaguard.guard.guard import Guard
 from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, RolloutPlan
 from slaguard.sim.audit_sink import AuditObserver
 from slaguard.sim.engine import SimOptions, Simulation
-from slaguard.sim.faults import FaultError, FaultSchedule, apply_arrival_faults, load_faults
+from slaguard.sim.faults import (
+    ARRIVAL_KINDS,
+    FaultError,
+    FaultSchedule,
+    apply_arrival_faults,
+    load_faults,
+)
 from slaguard.sim.guarded import GuardController, releases_from
 from slaguard.sim.observers import FixedPolicy, RolloutController, SimObserver
 from slaguard.sim.paths import default_trace_path
@@ -91,11 +99,14 @@ def _warn(schedule: FaultSchedule, trace: Trace) -> None:
     last = float(trace.arrival_s[-1] - trace.arrival_s[0]) if len(trace) else 0.0
     notes = list(schedule.notes)
     for i, fault in enumerate(schedule.faults):
-        if fault.start_s > last:
-            notes.append(
-                f"{schedule.source}: faults[{i}] ({fault.kind}) starts at {fault.start_s:g} s, "
-                f"after the trace's last arrival at {last:.0f} s: it hits nothing"
-            )
+        if fault.start_s <= last:
+            continue
+        # a target-side fault still meets the requests queued when the arrivals stop
+        hits = "nothing" if fault.kind in ARRIVAL_KINDS else "only requests still in flight"
+        notes.append(
+            f"{schedule.source}: faults[{i}] ({fault.kind}) starts at {fault.start_s:g} s, "
+            f"after the trace's last arrival at {last:.0f} s: it hits {hits}"
+        )
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
 
@@ -111,14 +122,36 @@ def _audit_sink(db: str, sim: Simulation) -> AuditObserver:
              f"{error_line(exc)}; fix: use a new database, or one slaguard made")  # fmt: skip
     finally:
         engine.dispose()
+    held = _rows_held(engine)
+    if held is not None:
+        fail(
+            f"--audit-db: {shown_url(engine.url)} already holds {held}; a run's request ids "
+            "are its trace's, so a second run's rows would be dropped as duplicates; fix: "
+            "record each run in a new database, e.g. --audit-db sqlite:///run2.db"
+        )
     try:
         writer = open_writer(engine.url.render_as_string(hide_password=False))
     except (SchemaNotCurrentError, SpillInUseError, OSError) as exc:
         fail(f"--audit-db: {exc}")
-    horizon = float(sim.arrivals[-1]) if len(sim.arrivals) else 0.0
+    # ends before now even if every request drains for as long as the simulator allows
+    horizon = (float(sim.arrivals[-1]) if len(sim.arrivals) else 0.0) + sim.options.drain_s
     sink = AuditObserver(writer, sim, base_epoch_s=time.time() - horizon - 60.0)
     sim.observers = [*sim.observers, sink]
     return sink
+
+
+def _rows_held(engine: Engine) -> str | None:
+    """What an audit database already records ("decisions", ...), or None when empty."""
+    try:
+        with engine.connect() as conn:
+            for table in (Decision, ModeChange, Incident):
+                if conn.execute(select(table).limit(1)).first() is not None:
+                    return f"{table.__tablename__} (another run, or a service's)"
+    except SQLAlchemyError as exc:
+        fail(f"--audit-db: {shown_url(engine.url)}: {error_line(exc)}")
+    finally:
+        engine.dispose()
+    return None
 
 
 def _finish_audit(sink: AuditObserver, report: dict[str, Any]) -> None:

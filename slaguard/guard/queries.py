@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from slaguard.audit.models import Decision, Incident, ModeChange, Outcome
 from slaguard.guard.config import RolloutCompareConfig
 from slaguard.guard.incident_store import GUARD_KEY, OUTBOX_KEY
-from slaguard.guard.store import transition_kind
+from slaguard.guard.store import is_simulated, transition_kind
 from slaguard.scheduler.rollout import ROLLBACK_RATIO, Arm, should_roll_back
 
 HISTORY_COLUMNS = ["at", "from_mode", "to_mode", "kind", "actor", "reason", "incident_id"]
@@ -64,7 +64,7 @@ def mode_history(engine: Engine, since: datetime, until: datetime) -> pd.DataFra
 def _kind(evidence: object, reason: str) -> str:
     """The switch's transition kind; `simulated` for a row `simulate --audit-db` wrote
     (history only: it never changed the stored mode that `status` shows)."""
-    if isinstance(evidence, dict) and evidence.get("simulated"):
+    if is_simulated(evidence):
         return "simulated"
     return transition_kind(evidence, reason) or "-"
 

@@ -83,6 +83,12 @@ def transition_kind(evidence: Any, reason: str) -> TransitionKind | None:
     return _KINDS.get(prefix) if sep else None
 
 
+def is_simulated(evidence: Any) -> bool:
+    """A row `simulate --audit-db` wrote: history only, never a switch of this fleet (a
+    simulated run's switches counted against the guard's switches-per-hour cap)."""
+    return isinstance(evidence, dict) and bool(evidence.get("simulated"))
+
+
 def _claims_other_version(evidence: Any, version: int) -> bool:
     marker = evidence.get(TRANSITION_KEY) if isinstance(evidence, dict) else None
     return isinstance(marker, dict) and marker.get("version") != version
@@ -199,11 +205,15 @@ class GuardStore:
 
     def _switch_times(self, conn: Connection, now_s: float) -> tuple[float, ...]:
         rows = conn.execute(
-            select(ModeChange.at, ModeChange.from_mode, ModeChange.to_mode)
+            select(ModeChange.at, ModeChange.from_mode, ModeChange.to_mode, ModeChange.evidence)
             .where(ModeChange.at > utc_from_unix(now_s - HOUR_S))
             .order_by(ModeChange.at)
         ).all()
-        return tuple(_seconds(at) for at, a, b in rows if is_policy_switch(a, b))
+        return tuple(
+            _seconds(at)
+            for at, a, b, evidence in rows
+            if is_policy_switch(a, b) and not is_simulated(evidence)
+        )
 
     def save(
         self,

@@ -23,6 +23,8 @@ from slaguard.sim.trace import BLOCK_TOKENS, Trace, concat_traces, gather_rows, 
 from slaguard.userfiles import parse_user_yaml, read_user_text, yaml_error_line
 
 KINDS = ("jitter", "fail", "hot_prompt", "new_model", "load_spike")
+ARRIVAL_KINDS = ("hot_prompt", "load_spike")
+"""Applied to the trace's arrivals up front; the other kinds act on targets."""
 HOT_BLOCK_BASE = 1 << 40
 """Block ids of injected hot prompts start here, far above any real trace's ids."""
 
