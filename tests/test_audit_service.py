@@ -4,6 +4,7 @@ backends (PostgreSQL aggregates in SQL, SQLite partly in pandas)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -159,3 +160,17 @@ def test_an_open_incident_runs_until_now(audit_engine: Engine, tmp_path: Path) -
     assert set(tl.per_target["phase"]) == {"before", "during"}
     start, end = tl.window
     assert tl.mode_changes["at"].between(start, end).all()  # switches in the window, any cause
+
+
+def test_decisions_that_share_a_timestamp_come_in_request_id_order(
+    audit_engine: Engine, tmp_path: Path
+) -> None:
+    """Retried requests share a tick's timestamp: `--limit` cut such ties in insertion
+    order on SQLite and heap order on PostgreSQL, so the two answered differently."""
+    small = synthetic_run(12, start_s=START_S, seed=3)
+    tick = START_S + 60.0
+    tied = [replace(d, decided_at_s=tick) for d in reversed(small.decisions)]
+    load_run(audit_engine, replace(small, decisions=tied), tmp_path / "spill")
+    ids = sorted(d.request_id for d in small.decisions)
+    assert list(service.decisions(audit_engine, SINCE, UNTIL)["request_id"]) == ids
+    assert list(service.decisions(audit_engine, SINCE, UNTIL, limit=5)["request_id"]) == ids[:5]

@@ -73,7 +73,7 @@ def decisions(
     mode: str | None = None,
     limit: int | None = None,
 ) -> pd.DataFrame:
-    """Decisions in [since, until) with their outcomes, oldest first."""
+    """Decisions in [since, until) with their outcomes, oldest first (ties by request id)."""
     stmt = (
         select(
             Decision.request_id,
@@ -98,7 +98,10 @@ def decisions(
         )
         .outerjoin(Outcome, Outcome.request_id == Decision.request_id)
         .where(*_window(since, until))
-        .order_by(Decision.decided_at)
+        # retried requests share a tick's timestamp: without the id, --limit cut ties in
+        # the backend's own order (SQLite and PostgreSQL differed); the decided_at index
+        # still serves the range, each tie sorted on its own
+        .order_by(Decision.decided_at, Decision.request_id)
     )
     filters = {
         Decision.target_id: target, Decision.model_id: model,
