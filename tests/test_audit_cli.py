@@ -78,6 +78,17 @@ def test_decisions_in_every_format(db: str, tmp_path: Path) -> None:
     )
 
 
+def test_a_limit_of_exactly_the_row_count_is_not_a_cut_answer(db: str) -> None:
+    """`--limit N` with exactly N rows said the answer was cut."""
+    n = len(RUN.decisions)
+    for limit, cut in ((n, False), (n - 1, True)):
+        args = ["audit", "decisions", "--db", db, *WINDOW, "-f", "json", "--limit", str(limit)]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert len(json.loads(result.stdout)) == limit
+        assert ("note: the first" in result.stderr) is cut, result.stderr
+
+
 def test_explain_shows_candidates_rejections_and_weights(db: str) -> None:
     rec = next(d for d in RUN.decisions if d.target_id is not None)
     table = ok("audit", "explain", rec.request_id, "--db", db)

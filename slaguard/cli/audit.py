@@ -91,13 +91,15 @@ def decisions_command(
         _check_mode(mode)
     start, end = _answer(lambda: parse_range(since, until, _now()))
     engine = open_audit_db(db)
+    # one row more than asked tells a cut answer from one of exactly --limit rows
     frame = _answer(
         lambda: service.decisions(
             engine, start, end, target=target, model=model, policy=policy, mode=mode,
-            limit=limit or None,
+            limit=limit + 1 if limit else None,
         )
     )  # fmt: skip
-    if limit and len(frame) == limit:
+    if limit and len(frame) > limit:
+        frame = frame.iloc[:limit]
         typer.echo(f"note: the first {limit} decisions; --limit 0 for all of them", err=True)
     if fmt is OutputFormat.TABLE:
         frame = frame[list(TABLE_DECISION_COLUMNS)]
