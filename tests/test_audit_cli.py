@@ -18,7 +18,9 @@ from typer.testing import CliRunner
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
+from slaguard.audit.records import IncidentRecord
 from slaguard.audit.sample import SICK_TARGET, load_run, synthetic_run
+from slaguard.audit.store import open_incident
 from slaguard.audit.timeargs import TIME_HELP, parse_time
 from slaguard.cli.main import app
 
@@ -168,6 +170,28 @@ def test_incident_timeline_and_plot(db: str, tmp_path: Path) -> None:
     sick = [r for r in payload["per_target"] if r["target_id"] == SICK_TARGET]
     by_phase = {r["phase"]: r["ttft_p99_s"] for r in sick}
     assert by_phase["during"] > 4 * by_phase["before"]
+
+
+def test_incident_json_has_int_ids_and_microsecond_times(db: str, tmp_path: Path) -> None:
+    """Linked mode changes' incident ids came out as 1.0 (a nullable int read as float),
+    and the opening time with nanoseconds of float noise while the phases had microseconds."""
+    copy = tmp_path / "copy.db"
+    shutil.copy(db, copy)
+    engine = create_audit_engine(f"sqlite:///{copy}")
+    opened_s = START_S + 1200.9333219
+    iid = open_incident(
+        engine, IncidentRecord(opened_s, "hot_spot", "ticket", "x", resolved_at_s=opened_s + 9)
+    )
+    engine.dispose()
+    payload = json.loads(ok("audit", "incident", str(iid), "--db", str(copy), "-f", "json"))
+    ids = [m["incident_id"] for m in payload["mode_changes"]]
+    assert ids == [None, 1, 1] and all(type(i) is int for i in ids[1:])
+    opened = datetime.fromtimestamp(opened_s, UTC).isoformat(timespec="microseconds")
+    assert payload["incident"]["opened"] == opened == payload["phases"]["during"][0]
+    assert opened.endswith(".933322+00:00")
+    assert payload["mode_changes"][0]["at"] == "2026-11-30T00:48:20.000000+00:00"
+    table = ok("audit", "incident", str(iid), "--db", str(copy))
+    assert "incident_id" in table and "<NA>" not in table
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from slaguard.audit.models import utc_from_unix
 from slaguard.audit.service import DecisionExplanation, IncidentTimeline
 from slaguard.plaintext import visible
 
@@ -39,7 +40,7 @@ class OutputFormat(StrEnum):
 def _shown(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    if value is pd.NaT:
+    if value is pd.NaT or value is pd.NA:
         return "-"
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -70,9 +71,22 @@ def _console() -> Console:
     return Console(width=max(Console().width, 160), soft_wrap=False)
 
 
+def _iso(value: datetime) -> str:
+    """One form for every time in the JSON: ISO 8601 to the microsecond, `+00:00` (a
+    Timestamp made from float seconds carries nanoseconds of float noise)."""
+    if isinstance(value, pd.Timestamp):
+        value = value.round("us").to_pydatetime()
+    return value.isoformat(timespec="microseconds")
+
+
+def _with_iso_times(fields: dict[str, Any]) -> dict[str, Any]:
+    """msgspec writes a datetime itself (`Z`, never through the hook): give it text."""
+    return {k: _iso(v) if isinstance(v, datetime) else v for k, v in fields.items()}
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime | pd.Timestamp):
-        return value.isoformat()
+        return _iso(value)
     if isinstance(value, float) and math.isnan(value):
         return None
     raise TypeError(f"cannot encode {type(value).__name__}")
@@ -125,8 +139,8 @@ def emit_explanation(expl: DecisionExplanation, fmt: OutputFormat, output: Path 
     if fmt is OutputFormat.JSON:
         _write_json(
             {
-                "decision": expl.decision,
-                "outcome": expl.outcome,
+                "decision": _with_iso_times(expl.decision),
+                "outcome": None if expl.outcome is None else _with_iso_times(expl.outcome),
                 "weights": expl.weights,
                 "candidates": _frame_records(expl.candidates),
                 "rejected": _frame_records(expl.rejected),
@@ -158,18 +172,16 @@ def emit_timeline(tl: IncidentTimeline, fmt: OutputFormat, output: Path | None) 
     header = {
         "id": tl.incident.id, "detector": rec.detector, "severity": rec.severity,
         "subject": rec.subject,
-        "opened": pd.Timestamp(rec.opened_at_s, unit="s", tz="UTC"),
-        "resolved": None if rec.resolved_at_s is None else pd.Timestamp(
-            rec.resolved_at_s, unit="s", tz="UTC"
-        ),
+        "opened": utc_from_unix(rec.opened_at_s),
+        "resolved": None if rec.resolved_at_s is None else utc_from_unix(rec.resolved_at_s),
         "notification": rec.notification_state, "slack": rec.slack_ts,
         "evidence": dict(rec.evidence),
     }  # fmt: skip
     if fmt is OutputFormat.JSON:
         _write_json(
             {
-                "incident": header,
-                "phases": {k: [a, b] for k, (a, b) in tl.phases.items()},
+                "incident": _with_iso_times(header),
+                "phases": {k: [_iso(a), _iso(b)] for k, (a, b) in tl.phases.items()},
                 "mode_changes": _frame_records(tl.mode_changes),
                 "per_target": _frame_records(tl.per_target),
             },

@@ -310,6 +310,7 @@ def incident_timeline(
             )
             .order_by(ModeChange.at),
             conn,
+            dtype={"incident_id": "Int64"},  # nullable: float64 wrote incident 1 as 1.0
         )
     per_target = _with_shares(per_target, ["phase", "model_id"], capacity or {})
     per_target["phase"] = pd.Categorical(per_target["phase"], categories=PHASES, ordered=True)
