@@ -174,3 +174,33 @@ def test_decisions_that_share_a_timestamp_come_in_request_id_order(
     ids = sorted(d.request_id for d in small.decisions)
     assert list(service.decisions(audit_engine, SINCE, UNTIL)["request_id"]) == ids
     assert list(service.decisions(audit_engine, SINCE, UNTIL, limit=5)["request_id"]) == ids[:5]
+
+
+def test_degraded_decisions_hold_no_capacity_share_of_the_requested_model(
+    audit_engine: Engine, tmp_path: Path
+) -> None:
+    """70b requests degraded to 8b targets got the target's share among the 8b targets,
+    so a 70b group's capacity shares summed to ~2 while its decision shares summed to 1."""
+    small = synthetic_run(400, start_s=START_S, seed=11)
+    big = [i for i, d in enumerate(small.decisions)
+           if d.model_id == "llama3.1-70b" and d.target_id is not None][:20]  # fmt: skip
+    degraded = list(small.decisions)
+    for i in big:
+        degraded[i] = replace(degraded[i], outcome="degraded", target_id="h200-8b",
+                              card_type="h200")  # fmt: skip
+    incident_id = load_run(audit_engine, replace(small, decisions=degraded), tmp_path / "spill")
+    frames = [
+        service.summary(audit_engine, SINCE, UNTIL, CAPACITY),
+        service.incident_timeline(
+            audit_engine, incident_id, now=UNTIL, capacity=CAPACITY
+        ).per_target.rename(columns={"phase": "policy_arm"}),
+    ]
+    for got in frames:
+        # at most 1: a target with no decision in the group has no row
+        capacity = got.groupby(["policy_arm", "model_id"])["capacity_share"].sum()
+        assert (capacity <= 1 + 1e-9).all() and capacity.max() > 0.9
+        assert np.allclose(got.groupby(["policy_arm", "model_id"])["decision_share"].sum(), 1)
+        row = got[(got.model_id == "llama3.1-70b") & (got.target_id == "h200-8b")]
+        assert len(row) >= 1 and (row["capacity_share"] == 0).all()
+        own = got[(got.model_id == "llama3.1-8b") & (got.target_id == "h200-8b")]
+        assert (own["capacity_share"] > 0.1).all()

@@ -212,6 +212,10 @@ def _grouped_stats(
 def _with_shares(
     frame: pd.DataFrame, share_within: list[str], capacity: Mapping[str, TargetCapacity]
 ) -> pd.DataFrame:
+    """Both shares of the same whole, the requests for the row's model: decision share of
+    its decisions, capacity share of the TFLOPS of the fleet's targets serving that model.
+    A target serving another model (a degraded request's) holds none of that capacity: 0,
+    not its share among its own model's targets (a 70b group's shares summed to 1.98)."""
     totals = frame.groupby(share_within, dropna=False)["decisions"].transform("sum")
     frame["decision_share"] = frame["decisions"] / totals
     model_tflops: dict[str, float] = {}
@@ -219,10 +223,14 @@ def _with_shares(
         model_tflops[cap.model_id] = model_tflops.get(cap.model_id, 0.0) + cap.tflops
     # a row of a target the fleet file puts on another card (moved since) has no share
     frame["capacity_share"] = [
-        capacity[t].tflops / model_tflops[capacity[t].model_id]
-        if t in capacity and capacity[t].card_id == card
-        else float("nan")
-        for t, card in zip(frame["target_id"], frame["card_type"], strict=True)
+        float("nan")
+        if t not in capacity or capacity[t].card_id != card
+        else capacity[t].tflops / model_tflops[model]
+        if capacity[t].model_id == model
+        else 0.0
+        for model, t, card in zip(
+            frame["model_id"], frame["target_id"], frame["card_type"], strict=True
+        )
     ]
     return frame
 
@@ -234,7 +242,7 @@ def summary(
     capacity: Mapping[str, TargetCapacity] | None = None,
 ) -> pd.DataFrame:
     """Per policy arm, model, target and card type: decision share (within arm and model)
-    vs capacity share (within the model), TTFT p50/p99, SLA violation rate."""
+    vs capacity share (of the model's targets' TFLOPS), TTFT p50/p99, SLA violation rate."""
     keys = [Decision.policy_arm, Decision.model_id, Decision.target_id, Decision.card_type]
     with engine.connect() as conn:
         frame = _grouped_stats(conn, since, until, keys)
@@ -257,7 +265,8 @@ class IncidentTimeline:
     phases: dict[str, tuple[datetime, datetime]]
     mode_changes: pd.DataFrame
     per_target: pd.DataFrame
-    """phase, model, target, card: decisions, decision share, TTFT p50/p99, SLA violations."""
+    """phase, model, target, card: decisions, decision and capacity share, TTFT p50/p99,
+    SLA violation rate."""
 
     @property
     def window(self) -> tuple[datetime, datetime]:
