@@ -7,6 +7,7 @@ import io
 import json
 import shutil
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -153,6 +154,38 @@ def test_shares_of_a_target_the_fleet_file_puts_on_another_card_are_flagged(
     frame = pd.read_csv(io.StringIO(result.stdout))
     assert frame[frame["target_id"] == "h200-8b"]["capacity_share"].isna().all()
     assert (frame[frame["target_id"] == "h100-8b-0"]["capacity_share"] == 0.5).all()
+
+
+def test_shares_on_the_built_in_fleet_for_a_run_on_a_smaller_one_are_flagged(
+    tmp_path: Path,
+) -> None:
+    """A run on a smaller fleet reusing the built-in ids got the built-in fleet's shares
+    without a word (a100-70b 0.087 instead of 1.0): say whose capacity they are of."""
+    small = synthetic_run(200, start_s=START_S, seed=8)
+    kept = ("a100-70b", "h200-8b", None)
+    run = replace(small, decisions=[d for d in small.decisions if d.target_id in kept])
+    engine = create_audit_engine(f"sqlite:///{tmp_path / 'small.db'}")
+    upgrade(engine)
+    load_run(engine, run, tmp_path / "spill")
+    engine.dispose()
+    args = ["audit", "summary", "--db", str(tmp_path / "small.db"), *WINDOW, "-f", "csv"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        "note: capacity shares are computed on the built-in fleet, but 17 of its targets "
+        "serving these models got no decision here (a100-8b, ascend-70b, ascend-8b-0, "
+        "ascend-8b-1 and 13 more); pass --fleet FILE if the decisions were made on another "
+        "fleet\n"
+    )
+    fleet = tmp_path / "small.yaml"
+    fleet.write_text(
+        "targets:\n  - {id: a100-70b, model: llama3.1-70b, card: a100, tp: 4}\n"
+        "  - {id: h200-8b, model: llama3.1-8b, card: h200}\n"
+    )
+    result = runner.invoke(app, [*args, "--fleet", str(fleet)])
+    assert result.exit_code == 0 and result.stderr == "", result.output
+    routed = pd.read_csv(io.StringIO(result.stdout)).dropna(subset=["target_id"])
+    assert (routed["capacity_share"] == 1.0).all()
 
 
 def test_incident_timeline_and_plot(db: str, tmp_path: Path) -> None:

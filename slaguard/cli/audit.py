@@ -221,6 +221,8 @@ def _warn_targets_outside(
     if moved:
         problems.append(f"puts {len(moved)} on another card ({_some(moved)})")
     if not problems:
+        if fleet_file is None:
+            _note_idle_targets(rows, capacity)
         return
     typer.echo(
         visible(
@@ -230,6 +232,23 @@ def _warn_targets_outside(
         ),
         err=True,
     )
+
+
+def _note_idle_targets(rows: pd.DataFrame, capacity: Mapping[str, TargetCapacity]) -> None:
+    """The built-in fleet, taken by default, is silently wrong for a run on a smaller fleet
+    reusing its ids (a100-70b read 0.087 instead of 1.0): when some of its targets serving
+    these models got no decision, say whose capacity the shares are of."""
+    models, used = set(rows["model_id"]), set(rows["target_id"])
+    idle = sorted(t for t, cap in capacity.items() if cap.model_id in models and t not in used)
+    if idle:
+        typer.echo(
+            visible(
+                "note: capacity shares are computed on the built-in fleet, but "
+                f"{len(idle)} of its targets serving these models got no decision here "
+                f"({_some(idle)}); pass --fleet FILE if the decisions were made on another fleet"
+            ),
+            err=True,
+        )
 
 
 def _some(items: list[str]) -> str:
