@@ -92,6 +92,33 @@ def test_a_limit_of_exactly_the_row_count_is_not_a_cut_answer(db: str) -> None:
         assert ("note: the first" in result.stderr) is cut, result.stderr
 
 
+def test_an_empty_answer_to_an_unknown_target_or_model_says_so(db: str) -> None:
+    """`--target l40s-8b-O` or `--model llama-3.1-8b` answered 0 rows like a quiet hour;
+    `--mode 'rollout( 50 )'` passed the check and matched nothing."""
+
+    def decisions(*args: str) -> tuple[list[object], str]:
+        result = runner.invoke(app, ["audit", "decisions", "--db", db, "-f", "json", *args])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout), result.stderr
+
+    assert decisions(*WINDOW, "--target", "l40s-8b-O") == ([], (
+        "note: --target 'l40s-8b-O' is unknown: no decision was routed to it (known: "
+        "l40s-8b-0, l40s-8b-1, l40s-8b-2, l40s-8b-3 and 15 more)\n"
+    ))  # fmt: skip
+    rows, note = decisions(*WINDOW, "--model", "llama-3.1-8b", "--target", SICK_TARGET)
+    assert rows == [] and note == (
+        "note: --model 'llama-3.1-8b' is unknown: neither the built-in fleet nor a decision "
+        "in this range names it (known: llama3.1-8b, llama3.1-70b)\n"
+    )
+    # known ones with nothing in the range, or in this combination: an empty answer only
+    assert decisions(*EMPTY, "--target", SICK_TARGET, "--model", "llama3.1-8b") == ([], "")
+    assert decisions(*WINDOW, "--target", SICK_TARGET, "--model", "llama3.1-70b") == ([], "")
+    want, _ = decisions(*WINDOW, "--mode", "rollout(50)", "--limit", "0")
+    assert len(want) > 100
+    for spelt in ("rollout( 50 )", "rollout(050)"):
+        assert decisions(*WINDOW, "--mode", spelt, "--limit", "0") == (want, "")
+
+
 def test_explain_shows_candidates_rejections_and_weights(db: str) -> None:
     rec = next(d for d in RUN.decisions if d.target_id is not None)
     table = ok("audit", "explain", rec.request_id, "--db", db)
@@ -331,6 +358,11 @@ def test_the_same_commands_work_on_postgres(pg_audit_engine: Engine, tmp_path: P
     assert frame["decisions"].sum() == len(RUN.decisions)
     assert "held_round_robin" in ok("audit", "incident", "1", "--db", url)
     _assert_an_empty_window_is_an_empty_answer(url)
+    typos = ["--target", "l40s-8b-O", "--model", "llama-3.1-8b"]
+    result = runner.invoke(app, ["audit", "decisions", "--db", url, *WINDOW, *typos])
+    assert result.exit_code == 0, result.output
+    assert "(known: l40s-8b-0, l40s-8b-1, l40s-8b-2, l40s-8b-3 and 15 more)" in result.stderr
+    assert "(known: llama3.1-8b, llama3.1-70b)\n" in result.stderr
 
 
 EMPTY = ["--since", "2020-01-01", "--until", "2020-01-02"]

@@ -6,6 +6,7 @@ parquet needs it). Times are ISO 8601 or relative to now (`-2h`, `-30m`, `-7d`).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,9 +14,10 @@ from typing import TypeVar
 
 import pandas as pd  # type: ignore[import-untyped]
 import typer
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from slaguard.audit import service
+from slaguard.audit import known, service
 from slaguard.audit.engine import error_line
 from slaguard.audit.records import POLICY_ARMS
 from slaguard.audit.render import OutputFormat, emit_explanation, emit_frame, emit_timeline
@@ -88,7 +90,7 @@ def decisions_command(
     if policy is not None and policy not in POLICY_ARMS:
         fail(f"--policy: unknown arm {policy!r}; use one of {sorted(POLICY_ARMS)}")
     if mode is not None:
-        _check_mode(mode)
+        mode = _mode_label(mode)
     start, end = _answer(lambda: parse_range(since, until, _now()))
     engine = open_audit_db(db)
     # one row more than asked tells a cut answer from one of exactly --limit rows
@@ -101,21 +103,58 @@ def decisions_command(
     if limit and len(frame) > limit:
         frame = frame.iloc[:limit]
         typer.echo(f"note: the first {limit} decisions; --limit 0 for all of them", err=True)
+    if frame.empty:
+        _note_unknown_ids(engine, start, end, target, model)
     if fmt is OutputFormat.TABLE:
         frame = frame[list(TABLE_DECISION_COLUMNS)]
     with writing(output):
         emit_frame(frame, fmt, output, f"decisions {span_title(start, end)}")
 
 
-def _check_mode(label: str) -> None:
-    """A fleet mode label as stored, or one line: an unknown one matched nothing, silently."""
+def _mode_label(label: str) -> str:
+    """A fleet mode as stored (`rollout(010)` matched nothing, silently), or one line."""
     try:
-        FleetMode.parse(label)
+        return FleetMode.parse(label).label
     except ValueError:
         fail(
             f"--mode: unknown fleet mode {label!r}; use round_robin, held_round_robin, "
             "learned or rollout(10|50|100)"
         )
+
+
+def _note_unknown_ids(
+    engine: Engine, start: datetime, end: datetime, target: str | None, model: str | None
+) -> None:
+    """An empty answer to a misspelt --target or --model looked like a quiet hour: say
+    when no decision names the value, with the known ids nearest to it."""
+    unknown = []
+    if target is not None:
+        targets = _answer(lambda: known.recorded_targets(engine))
+        if target not in targets:
+            unknown.append(
+                f"--target {target!r} is unknown: no decision was routed to it"
+                f" ({_nearest(target, targets)})"
+            )
+    if model is not None:
+        fleet_models = {t.model.id for t in load_or_fail(None).targets}
+        models = sorted(
+            fleet_models | set(_answer(lambda: known.models_between(engine, start, end)))
+        )
+        if model not in models:
+            unknown.append(
+                f"--model {model!r} is unknown: neither the built-in fleet nor a decision in "
+                f"this range names it ({_nearest(model, models)})"
+            )
+    if unknown:
+        typer.echo(visible(f"note: {'; '.join(unknown)}"), err=True)
+
+
+def _nearest(value: str, ids: list[str]) -> str:
+    """A few known ids, the likeliest meant first (`l40s-8b-0` for `l40s-8b-O`)."""
+    if not ids:
+        return "the database holds none"
+    ranked = sorted(ids, key=lambda i: (-difflib.SequenceMatcher(None, value, i).ratio(), i))
+    return "known: " + _some(ranked)
 
 
 @app.command("explain")
