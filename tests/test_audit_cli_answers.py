@@ -1,0 +1,125 @@
+"""`slaguard audit` answers that say what they are: a cut answer or not, an unknown
+filter value, whose capacity the shares are of, json ids and times in one form."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_audit_cli import EMPTY, RUN, START_S, WINDOW, ok, runner
+
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.migrate import upgrade
+from slaguard.audit.records import IncidentRecord
+from slaguard.audit.sample import SICK_TARGET, load_run, synthetic_run
+from slaguard.audit.store import open_incident
+from slaguard.cli.main import app
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """`test_audit_cli`'s run in a database of this module's own."""
+    tmp = tmp_path_factory.mktemp("answers")
+    engine = create_audit_engine(f"sqlite:///{tmp / 'audit.db'}")
+    upgrade(engine)
+    load_run(engine, RUN, tmp / "spill")
+    engine.dispose()
+    return str(tmp / "audit.db")
+
+
+def test_a_limit_of_exactly_the_row_count_is_not_a_cut_answer(db: str) -> None:
+    """`--limit N` with exactly N rows said the answer was cut."""
+    n = len(RUN.decisions)
+    for limit, cut in ((n, False), (n - 1, True)):
+        args = ["audit", "decisions", "--db", db, *WINDOW, "-f", "json", "--limit", str(limit)]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert len(json.loads(result.stdout)) == limit
+        assert ("note: the first" in result.stderr) is cut, result.stderr
+
+
+def test_an_empty_answer_to_an_unknown_target_or_model_says_so(db: str) -> None:
+    """`--target l40s-8b-O` or `--model llama-3.1-8b` answered 0 rows like a quiet hour;
+    `--mode 'rollout( 50 )'` passed the check and matched nothing."""
+
+    def decisions(*args: str) -> tuple[list[object], str]:
+        result = runner.invoke(app, ["audit", "decisions", "--db", db, "-f", "json", *args])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout), result.stderr
+
+    assert decisions(*WINDOW, "--target", "l40s-8b-O") == ([], (
+        "note: --target 'l40s-8b-O' is unknown: no decision was routed to it (known: "
+        "l40s-8b-0, l40s-8b-1, l40s-8b-2, l40s-8b-3 and 15 more)\n"
+    ))  # fmt: skip
+    rows, note = decisions(*WINDOW, "--model", "llama-3.1-8b", "--target", SICK_TARGET)
+    assert rows == [] and note == (
+        "note: --model 'llama-3.1-8b' is unknown: neither the built-in fleet nor a decision "
+        "in this range names it (known: llama3.1-8b, llama3.1-70b)\n"
+    )
+    # known ones with nothing in the range, or in this combination: an empty answer only
+    assert decisions(*EMPTY, "--target", SICK_TARGET, "--model", "llama3.1-8b") == ([], "")
+    assert decisions(*WINDOW, "--target", SICK_TARGET, "--model", "llama3.1-70b") == ([], "")
+    want, _ = decisions(*WINDOW, "--mode", "rollout(50)", "--limit", "0")
+    assert len(want) > 100
+    for spelt in ("rollout( 50 )", "rollout(050)"):
+        assert decisions(*WINDOW, "--mode", spelt, "--limit", "0") == (want, "")
+
+
+def test_shares_on_the_built_in_fleet_for_a_run_on_a_smaller_one_are_flagged(
+    tmp_path: Path,
+) -> None:
+    """A run on a smaller fleet reusing the built-in ids got the built-in fleet's shares
+    without a word (a100-70b 0.087 instead of 1.0): say whose capacity they are of."""
+    small = synthetic_run(200, start_s=START_S, seed=8)
+    kept = ("a100-70b", "h200-8b", None)
+    run = replace(small, decisions=[d for d in small.decisions if d.target_id in kept])
+    engine = create_audit_engine(f"sqlite:///{tmp_path / 'small.db'}")
+    upgrade(engine)
+    load_run(engine, run, tmp_path / "spill")
+    engine.dispose()
+    args = ["audit", "summary", "--db", str(tmp_path / "small.db"), *WINDOW, "-f", "csv"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        "note: capacity shares are computed on the built-in fleet, but 17 of its targets "
+        "serving these models got no decision here (a100-8b, ascend-70b, ascend-8b-0, "
+        "ascend-8b-1 and 13 more); pass --fleet FILE if the decisions were made on another "
+        "fleet\n"
+    )
+    fleet = tmp_path / "small.yaml"
+    fleet.write_text(
+        "targets:\n  - {id: a100-70b, model: llama3.1-70b, card: a100, tp: 4}\n"
+        "  - {id: h200-8b, model: llama3.1-8b, card: h200}\n"
+    )
+    result = runner.invoke(app, [*args, "--fleet", str(fleet)])
+    assert result.exit_code == 0 and result.stderr == "", result.output
+    routed = pd.read_csv(io.StringIO(result.stdout)).dropna(subset=["target_id"])
+    assert (routed["capacity_share"] == 1.0).all()
+
+
+def test_incident_json_has_int_ids_and_microsecond_times(db: str, tmp_path: Path) -> None:
+    """Linked mode changes' incident ids came out as 1.0 (a nullable int read as float),
+    and the opening time with nanoseconds of float noise while the phases had microseconds."""
+    copy = tmp_path / "copy.db"
+    shutil.copy(db, copy)
+    engine = create_audit_engine(f"sqlite:///{copy}")
+    opened_s = START_S + 1200.9333219
+    iid = open_incident(
+        engine, IncidentRecord(opened_s, "hot_spot", "ticket", "x", resolved_at_s=opened_s + 9)
+    )
+    engine.dispose()
+    payload = json.loads(ok("audit", "incident", str(iid), "--db", str(copy), "-f", "json"))
+    ids = [m["incident_id"] for m in payload["mode_changes"]]
+    assert ids == [None, 1, 1] and all(type(i) is int for i in ids[1:])
+    opened = datetime.fromtimestamp(opened_s, UTC).isoformat(timespec="microseconds")
+    assert payload["incident"]["opened"] == opened == payload["phases"]["during"][0]
+    assert opened.endswith(".933322+00:00")
+    assert payload["mode_changes"][0]["at"] == "2026-11-30T00:48:20.000000+00:00"
+    table = ok("audit", "incident", str(iid), "--db", str(copy))
+    assert "incident_id" in table and "<NA>" not in table
