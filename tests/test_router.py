@@ -6,6 +6,7 @@ import pytest
 from helpers import fleet_of, req
 
 from slaguard.fleet import Priority, load_fleet
+from slaguard.fleet.catalogue import builtin_models
 from slaguard.scheduler.config import SchedulerConfig
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.explain import Outcome, Reason
@@ -178,6 +179,26 @@ def test_a_model_no_target_serves_goes_to_the_model_it_degrades_to(mode: FleetMo
         assert targets == {"h100-8b", "l40s-8b"}  # turns among the 8B targets
     strict = Scheduler(fleet, SchedulerConfig(degrade=False))
     assert strict.decide(req("x", model="llama3.1-70b"), 0.0, mode).outcome is Outcome.NO_CAPACITY
+
+
+def test_a_request_degraded_twice_names_the_model_its_target_serves() -> None:
+    """70b (no target) -> qwen2.5-32b (too slow for the deadline) -> 8b: the answer named
+    the first step's model, and the gateway sent the 8b target a qwen request."""
+    models = {m: dict(spec) for m, spec in builtin_models().items()}
+    models["llama3.1-70b"]["degrade_to"] = "qwen2.5-32b"
+    models["qwen2.5-32b"]["degrade_to"] = "llama3.1-8b"
+    fleet = fleet_of(
+        {"id": "l40s-32b", "model": "qwen2.5-32b", "card": "l40s", "tp": 2},
+        {"id": "h100-8b", "model": "llama3.1-8b", "card": "h100"},
+        models=models,
+    )
+    sched = Scheduler(fleet)
+    sched.state.refresh(0, 0.0, queue_depth=200)
+    sched.state.refresh(1, 0.0, queue_depth=0)
+    d = sched.decide(req(prompt=2000, model="llama3.1-70b", deadline=0.5), 0.0, LEARNED)
+    assert d.outcome is Outcome.DEGRADED and d.target is not None
+    assert d.served_model == d.target.model.id == "llama3.1-8b"
+    assert d.request.model_id == "llama3.1-70b"
 
 
 def test_prefix_home_keeps_prompts_together(sched: Scheduler) -> None:

@@ -328,8 +328,9 @@ class Router:
         )
         if inner.target is None:
             return replace(inner, request=request, served_model=request.model_id)
+        # the inner route may have degraded once more: its served model stands
         outcome = Outcome.DEGRADED if inner.outcome is Outcome.ROUTED else inner.outcome
-        return replace(inner, request=request, outcome=outcome, served_model=variant)
+        return replace(inner, request=request, outcome=outcome)
 
     def _no_candidates(self, request: Request, arm: Arm, key: tuple[str, Priority]) -> Decision:
         empty = np.empty(0, dtype=np.intp)
