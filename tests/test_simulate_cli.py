@@ -225,6 +225,7 @@ def test_a_scenario_that_would_not_act_as_written_is_warned_about(tmp_path: Path
         "faults:\n  - kind: new_model\n    model: llama3.1-8b\n    start_s: 1\n    end: 9\n"
         "    latency_factor: 2\n  - {kind: load_spike, start_s: 90000, end_s: 90001, factor: 2}\n"
         "  - {kind: fail, target: h100-8b-0, start_s: 90000, end_s: 90001}\n"
+        "  - {kind: fail, target: h100-8b-0, start_s: 100, end_s: 101}\n"
     )
     result = runner.invoke(app, ["simulate", "--trace", str(AZURE_FIXTURE), "--faults", str(typo)])
     assert result.exit_code == 0, result.output
@@ -234,8 +235,10 @@ def test_a_scenario_that_would_not_act_as_written_is_warned_about(tmp_path: Path
         "fields: start_s, end_s, model, latency_factor)",
         f"warning: {typo}: faults[1] (load_spike) starts at 90000 s, after the trace's last "
         f"arrival at {warnings[1].split('arrival at ')[1].split(' s')[0]} s: it hits nothing",
-        # a target-side fault still meets the queued requests: "nothing" was wrong
         f"warning: {typo}: faults[2] (fail) starts at 90000 s, after the trace's last "
+        f"arrival at {warnings[1].split('arrival at ')[1].split(' s')[0]} s: it hits nothing",
+        # before the drain ends a target-side fault still meets the queued requests
+        f"warning: {typo}: faults[3] (fail) starts at 100 s, after the trace's last "
         f"arrival at {warnings[1].split('arrival at ')[1].split(' s')[0]} s: it hits only "
         "requests still in flight",
     ]

@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit.engine import error_line, shown_url
 from slaguard.audit.migrate import SchemaNotCurrentError, upgrade
-from slaguard.audit.models import Decision, Incident, ModeChange
+from slaguard.audit.models import Decision, Incident, ModeChange, WeightVersion
 from slaguard.audit.spill import SpillInUseError
 from slaguard.audit.writer import open_writer
 from slaguard.cli.db import connect
@@ -80,29 +80,32 @@ def prepare(
     faults_file: Path | None,
     seed: int,
     duration_s: float | None,
+    rate_scale: float,
 ) -> tuple[Workload, FaultSchedule, str]:
     """Load trace and faults with one-line errors; returns the workload to replay."""
     path = trace_file or default_trace_path()
     try:
         trace = _truncate(load_trace(path, trace_format or TraceFormat.AUTO), duration_s)
         schedule = load_faults(faults_file, fleet) if faults_file else FaultSchedule()
-        _warn(schedule, trace)
+        _warn(schedule, trace, rate_scale)
         trace = apply_arrival_faults(trace, schedule, seed)
         return assign_workload(trace, fleet), schedule, str(path)
     except (TraceError, FaultError, WorkloadError) as exc:
         fail(str(exc))
 
 
-def _warn(schedule: FaultSchedule, trace: Trace) -> None:
+def _warn(schedule: FaultSchedule, trace: Trace, rate_scale: float) -> None:
     """Say on stderr what in the scenario will not act as written: unknown keys, and
     faults that start after the (kept) trace's last arrival."""
     last = float(trace.arrival_s[-1] - trace.arrival_s[0]) if len(trace) else 0.0
+    run_end = last + SimOptions().drain_s * rate_scale  # in trace seconds
     notes = list(schedule.notes)
     for i, fault in enumerate(schedule.faults):
         if fault.start_s <= last:
             continue
         # a target-side fault still meets the requests queued when the arrivals stop
-        hits = "nothing" if fault.kind in ARRIVAL_KINDS else "only requests still in flight"
+        in_flight = fault.kind not in ARRIVAL_KINDS and fault.start_s <= run_end
+        hits = "only requests still in flight" if in_flight else "nothing"
         notes.append(
             f"{schedule.source}: faults[{i}] ({fault.kind}) starts at {fault.start_s:g} s, "
             f"after the trace's last arrival at {last:.0f} s: it hits {hits}"
@@ -144,7 +147,7 @@ def _rows_held(engine: Engine) -> str | None:
     """What an audit database already records ("decisions", ...), or None when empty."""
     try:
         with engine.connect() as conn:
-            for table in (Decision, ModeChange, Incident):
+            for table in (Decision, ModeChange, Incident, WeightVersion):
                 if conn.execute(select(table).limit(1)).first() is not None:
                     return f"{table.__tablename__} (another run, or a service's)"
     except SQLAlchemyError as exc:
@@ -198,7 +201,9 @@ def simulate(
     if report_json is not None:
         check_writable(report_json, "--report-json")
     fleet = load_or_fail(fleet_file)
-    workload, schedule, trace_path = prepare(fleet, trace, trace_format, faults, seed, duration)
+    workload, schedule, trace_path = prepare(
+        fleet, trace, trace_format, faults, seed, duration, rate_scale
+    )
     plan = RolloutPlan(baseline_s=baseline_s, stage_s=stage_s)
     controller = _controller(policy, plan, fleet, schedule, rate_scale)
     sim = Simulation(

@@ -4,7 +4,9 @@ Simulated seconds are mapped onto wall-clock time (`base_epoch_s + now_s`, the r
 so that it ends before now even if it drains for as long as the simulator allows: ~11
 minutes after the last arrival at most), so its decisions answer `slaguard audit decisions
 --since -2h` like real ones; an incident still open when the run ends is resolved at its
-end. Each weight version the run routes with is stored as it first appears.
+end. Its weight versions are not stored: each decision's explanation carries the weights it
+was scored with, and a service started on this database must not continue from a
+simulation's learned weights (it restores the newest stored version).
 Decisions and outcomes go through the same background writer as the service; guard trips
 and mode switches are written as incidents and history rows after the run (history only:
 a simulation never changes the shared fleet mode).
@@ -16,13 +18,8 @@ from itertools import pairwise
 from typing import Any
 
 from slaguard.audit.from_scheduler import decision_head
-from slaguard.audit.records import (
-    IncidentRecord,
-    ModeChangeRecord,
-    OutcomeRecord,
-    WeightVersionRecord,
-)
-from slaguard.audit.store import log_mode_change, open_incident, record_weight_version
+from slaguard.audit.records import IncidentRecord, ModeChangeRecord, OutcomeRecord
+from slaguard.audit.store import log_mode_change, open_incident
 from slaguard.audit.writer import AuditWriter
 from slaguard.scheduler.explain import Decision
 from slaguard.scheduler.rollout import ModeKind
@@ -43,7 +40,6 @@ class AuditObserver(SimObserver):
         self.base = base_epoch_s
         self.decisions = 0
         self.outcomes = 0
-        self._stored_version = ""
 
     def on_decision(self, decision: Decision, now_s: float, latency_s: float) -> None:
         head = decision_head(
@@ -55,11 +51,6 @@ class AuditObserver(SimObserver):
         )
         self.writer.enqueue_decision(head, decision.explanation)
         self.decisions += 1
-        weights = self.sim.scheduler.weights
-        if weights.version != self._stored_version:
-            record = WeightVersionRecord(weights.version, self.base + now_s, weights.as_dict())
-            record_weight_version(self.writer.engine, record)
-            self._stored_version = weights.version
 
     def on_outcome(self, decision: Decision, now_s: float, outcome: OutcomeInfo) -> None:
         self.writer.enqueue(
