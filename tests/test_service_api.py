@@ -20,7 +20,8 @@ from service_helpers import Clock, build_test_service
 
 from slaguard.audit.service import UnknownRequestError, explain
 from slaguard.service.app import create_app
-from slaguard.service.bootstrap import Service
+from slaguard.service.bootstrap import Service, build_service
+from slaguard.service.config import load_config
 from slaguard.service.local import ServerThread
 from slaguard.service.loops import ServiceLoops
 from slaguard.telemetry.labels import JOBS
@@ -301,3 +302,44 @@ def test_every_scheduler_job_an_alert_or_label_names_is_one_the_service_runs(
     assert found is not None
     watched = set(found.group(1).split("|"))
     assert watched == runs - {"weight_update"}  # the hourly job has no rate to lose
+
+
+def test_a_priority_no_target_serves_the_model_at_is_a_422(tmp_path: Path) -> None:
+    """It was admitted and answered no_capacity (a 503 with Retry-After from the gateway)
+    for ever. The 70b, with no target of its own, is served at the priorities its
+    degrade model's targets take."""
+    (tmp_path / "fleet.yaml").write_text(
+        yaml.safe_dump(
+            {"targets": [{"id": "h100-8b", "model": "llama3.1-8b", "card": "h100",
+                          "priorities": ["high", "normal"]}]}
+        )
+    )  # fmt: skip
+    cfg = load_config(
+        None,
+        {"fleet": tmp_path / "fleet.yaml", "db": str(tmp_path / "audit.db"),
+         "telemetry": {"scrape": False}},
+    )  # fmt: skip
+    service = build_service(cfg)
+    app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
+    try:
+        with ServerThread(app) as server, httpx.Client(base_url=server.url) as c:
+            c.post("/v1/telemetry", json={"target": "h100-8b", "queue_depth": 0})
+            for model in ("llama3.1-8b", "llama3.1-70b"):
+                body = {"model": model, "prompt_tokens": 10, "max_new_tokens": 5}
+                low = c.post("/v1/route", json={**body, "priority": "low"})
+                assert low.status_code == 422, low.text
+                assert low.json()["error"] == (
+                    f"priority: no target serves {model} at priority 'low'; use one of "
+                    "['high', 'normal']"
+                )
+                high = c.post("/v1/route", json={**body, "priority": "high"}).json()
+                assert high["target"] == "h100-8b", high
+            gateway = c.post(
+                "/v1/completions",
+                json={"model": "llama3.1-8b", "prompt": "hi", "max_tokens": 2},
+                headers={"X-Slaguard-Priority": "low"},
+            )
+            assert gateway.status_code == 422
+            assert gateway.json()["error"].startswith("X-Slaguard-Priority: no target serves")
+    finally:
+        service.close()

@@ -165,6 +165,23 @@ class Fleet:
         return hashlib.blake2b(json.dumps(rows).encode(), digest_size=6).hexdigest()
 
     @cached_property
+    def servable_priorities(self) -> dict[str, frozenset[Priority]]:
+        """Per model, the priorities the router can serve it at: its own targets', then
+        those of the models it degrades to (to a fixed point: a degrade may chain)."""
+        served: dict[str, set[Priority]] = {}
+        for t in self.targets:
+            served.setdefault(t.model.id, set()).update(t.priorities)
+        grew = True
+        while grew:
+            grew = False
+            for model, spec in self.models.items():
+                more = served.get(spec.degrade_to or "", set()) - served.get(model, set())
+                if more:
+                    served.setdefault(model, set()).update(more)
+                    grew = True
+        return {m: frozenset(p) for m, p in served.items()}
+
+    @cached_property
     def card_ids(self) -> tuple[str, ...]:
         return tuple(t.card.id for t in self.targets)
 

@@ -132,6 +132,7 @@ async def _proxy(
     g = rt.config.gateway
     rt.check_model(body.model)
     priority = rt.priority_of(meta.priority or g.default_priority, "X-Slaguard-Priority")
+    rt.check_served(body.model, priority, "X-Slaguard-Priority")
     request_id = meta.request_id
     if request_id is not None and request_id in rt.pending:
         raise HTTPException(409, f"X-Request-Id: {request_id!r} was already used; send a new id")

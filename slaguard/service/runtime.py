@@ -87,11 +87,9 @@ class ServiceRuntime:
         self.finished_count = 0
         self.violated_count = 0
         self.started_at_s = clock()
-        served = {t.model.id for t in fleet}
-        self._routable = frozenset(
-            m for m, spec in fleet.models.items() if m in served or spec.degrade_to in served
-        )
-        """What a request may name: a model the fleet serves, or one it degrades to one."""
+        self._routable = fleet.servable_priorities
+        """What a request may name: per model, the priorities some target serves it at,
+        itself or through the models it degrades to."""
         self._models = sorted(self._routable)
         self._id_prefix = uuid.uuid4().hex[:20]
         self._id_counter = itertools.count()
@@ -112,6 +110,17 @@ class ServiceRuntime:
         if model not in self._routable:
             known = "not served by this fleet" if model in self.fleet.models else "unknown"
             raise FieldError(field, f"model {model!r} is {known}; use one of {self._models}")
+
+    def check_served(self, model: str, priority: Priority, field: str = "priority") -> None:
+        """A priority no target serves the model at is a client error, not a capacity
+        problem: it was admitted and answered no_capacity (a 503) for ever."""
+        served = self._routable.get(model, frozenset())
+        if priority not in served:
+            raise FieldError(
+                field,
+                f"no target serves {model} at priority {priority.value!r}; use one of "
+                f"{[p.value for p in Priority if p in served]}",
+            )
 
     def never_fits(self, routed: Routed) -> str | None:
         """Why no target serving the request's model could ever take it (its tokens past

@@ -131,6 +131,7 @@ async def route(request: Request) -> Response:
     try:
         rt.check_model(body.model)
         priority = rt.priority_of(body.priority)
+        rt.check_served(body.model, priority)
     except FieldError as exc:
         return error_response(422, str(exc))
     req = rt.request(
