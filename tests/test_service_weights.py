@@ -8,10 +8,13 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from service_helpers import Clock, build_test_service
-from sqlalchemy import select
+from sqlalchemy import select, text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
+from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.models import WeightVersion
 from slaguard.scheduler.weights import generation_of
 from slaguard.service.app import create_app
@@ -74,3 +77,61 @@ def test_the_weight_job_refits_stores_and_a_restart_continues(tmp_path: Path) ->
         assert set(_stored(again)) == {start.version, refit.version, second.version}
     finally:
         again.close()
+
+
+def test_a_refit_the_database_refuses_is_not_routed_with_until_stored(tmp_path: Path) -> None:
+    """The router took the new weights before the store; when the database refused it,
+    decisions named a version `weight_versions` never held."""
+    clock = Clock(time.time())
+    service = build_test_service(tmp_path, clock, **SETTINGS)
+    loops = ServiceLoops(service.runtime)
+    try:
+        asyncio.run(service.readiness())
+        start = service.runtime.scheduler.weights
+        _learned_outcomes(service, clock, 60)
+        with service.engine.begin() as conn:  # the database refuses the insert for real
+            conn.execute(text("ALTER TABLE weight_versions RENAME TO weight_versions_away"))
+        with pytest.raises(OperationalError):
+            asyncio.run(loops.weight_update(clock()))
+        assert service.runtime.scheduler.weights == start, "not routed with, not stored"
+        with service.engine.begin() as conn:
+            conn.execute(text("ALTER TABLE weight_versions_away RENAME TO weight_versions"))
+        asyncio.run(loops.weight_update(clock() + 60))
+        refit = service.runtime.scheduler.weights
+        assert generation_of(refit.version) == 1 and refit.version in _stored(service)
+    finally:
+        service.close()
+
+
+def test_a_service_started_before_its_database_was_ready_restores_when_it_is(
+    tmp_path: Path,
+) -> None:
+    """Started on a database one migration behind, it routed with the configured start;
+    once the schema was current it never looked for the stored weights, and its next refit
+    became the newest version, losing the learned line for every later restart."""
+    clock = Clock(time.time())
+    first = build_test_service(tmp_path, clock, **SETTINGS)
+    try:
+        asyncio.run(first.readiness())
+        _learned_outcomes(first, clock, 60)
+        asyncio.run(ServiceLoops(first.runtime).weight_update(clock()))
+        learned = first.runtime.scheduler.weights
+    finally:
+        first.close()
+    engine = create_audit_engine(f"sqlite:///{tmp_path / 'audit.db'}")
+    with engine.begin() as conn:
+        current = conn.execute(text("select version_num from alembic_version")).scalar_one()
+        conn.execute(text("update alembic_version set version_num = '0001_audit_log'"))
+    again = build_test_service(tmp_path, clock, **{**SETTINGS, "migrate": False})
+    try:
+        assert generation_of(again.runtime.scheduler.weights.version) == 0
+        asyncio.run(again.readiness())
+        assert again.runtime.ready_problem is not None
+        with engine.begin() as conn:
+            conn.execute(text("update alembic_version set version_num = :v"), {"v": current})
+        asyncio.run(again.readiness())
+        assert again.runtime.ready_problem is None
+        assert again.runtime.scheduler.weights == learned
+    finally:
+        again.close()
+        engine.dispose()

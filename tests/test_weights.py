@@ -116,3 +116,6 @@ def test_a_version_names_its_weights_and_the_generation_counts_on() -> None:
     assert stored_weights(new.version, new.as_dict()) == new
     assert stored_weights("x", {"compute": 1.0}) is None  # not the router's components
     assert stored_weights("x", dict.fromkeys(new.as_dict(), 0.5)) is None  # not on the simplex
+    # a hand-edited row stopped the service from starting (TypeError)
+    assert stored_weights("x", dict.fromkeys(new.as_dict())) is None  # type: ignore[arg-type]
+    assert stored_weights("x", [0.2] * 5) is None  # type: ignore[arg-type]

@@ -66,8 +66,8 @@ class Scheduler:
     def learn(
         self, components: np.ndarray | None, ttft_s: float | None, deadline_s: float, now_s: float
     ) -> Weights | None:
-        """`feedback` from kept components (None: nothing to learn, only the periodic
-        update), for callers that kept the chosen row instead of the decision."""
+        """`feedback` from the chosen row's components (None: nothing to learn, only the
+        periodic update)."""
         self.observe_outcome(components, ttft_s, deadline_s)
         return self.update_weights(now_s)
 
@@ -88,8 +88,18 @@ class Scheduler:
         return self._adopt(self.learner.maybe_update(now_s))
 
     def refit_weights(self, now_s: float) -> Weights | None:
-        """The weight update now, for a driver whose job keeps the period."""
-        return self._adopt(self.learner.update(now_s))
+        """The weight update now, for a driver whose job keeps the period; the router
+        routes with the result once the driver `adopt_weights` it (after storing it)."""
+        return self.learner.update(now_s)
+
+    def adopt_weights(self, weights: Weights) -> None:
+        """Route with `weights` from now on (a refit, once stored)."""
+        self.router.weights = weights
+
+    def restore_weights(self, weights: Weights) -> None:
+        """Continue from stored weights (a restart): the learner counts on from them."""
+        self.learner.restart_from(weights)
+        self.router.weights = weights
 
     def _adopt(self, new: Weights | None) -> Weights | None:
         if new is not None:

@@ -59,6 +59,11 @@ class WeightLearner:
         self._last_update_s = self.started_s
         self._generation = generation_of(self.weights.version)
 
+    def restart_from(self, weights: Weights) -> None:
+        """Continue from stored weights: the next update is their generation + 1."""
+        self.weights = weights
+        self._generation = generation_of(weights.version)
+
     @property
     def pending(self) -> int:
         """Feedback samples waiting for the next update."""
@@ -143,9 +148,12 @@ def generation_of(version: str) -> int:
 def stored_weights(version: str, values: Mapping[str, float]) -> Weights | None:
     """A stored weight set to start from, if it names exactly the router's components
     with weights on the simplex (None otherwise: the configured start is used)."""
-    if set(values) != set(COMPONENTS):
+    if not isinstance(values, Mapping) or set(values) != set(COMPONENTS):
         return None
-    ordered = tuple(float(values[c]) for c in COMPONENTS)
+    try:
+        ordered = tuple(float(values[c]) for c in COMPONENTS)
+    except (TypeError, ValueError):  # a null or a string in a hand-edited row
+        return None
     if not all(math.isfinite(v) and v >= 0 for v in ordered) or abs(sum(ordered) - 1) > 1e-6:
         return None
     return Weights(ordered, version)

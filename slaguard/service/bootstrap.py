@@ -48,7 +48,7 @@ from slaguard.notify.factory import notifier_from_env
 from slaguard.scheduler.config import RouterConfig, SchedulerConfig
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.rollout import RolloutPlan
-from slaguard.scheduler.weights import Weights, stored_weights
+from slaguard.scheduler.weights import Weights, generation_of, stored_weights
 from slaguard.service.config import ServiceConfig
 from slaguard.service.modes import ReplicaModes
 from slaguard.service.runtime import ServiceRuntime
@@ -176,6 +176,10 @@ def build_service(
             return
         problem = await asyncio.to_thread(_schema_problem, engine)
         if problem is None and runtime.ready_problem is not None:
+            if generation_of(scheduler.weights.version) == 0:  # started without the DB
+                found = await asyncio.to_thread(_last_learned_weights, engine, clock())
+                if found is not None:
+                    scheduler.restore_weights(found)
             w = scheduler.weights
             rec = WeightVersionRecord(w.version, clock(), w.as_dict())
             try:

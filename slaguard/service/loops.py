@@ -31,6 +31,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from slaguard.audit.records import WeightVersionRecord
 from slaguard.audit.store import record_weight_version
 from slaguard.scheduler.correction import Action
+from slaguard.scheduler.weights import Weights
 from slaguard.service.runtime import ServiceRuntime
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,8 @@ class ServiceLoops:
     violations: ViolationWindow = field(default_factory=ViolationWindow)
     scheduler: AsyncIOScheduler | None = None
     readiness: Callable[[], Awaitable[None]] | None = None
+    unstored_weights: Weights | None = None
+    """A refit the database has not taken yet: routed with once stored."""
 
     def jobs(self) -> dict[str, tuple[float, JobBody]]:
         cfg = self.runtime.scheduler.cfg
@@ -182,10 +185,17 @@ class ServiceLoops:
         await self.runtime.modes.evaluate(now_s)
 
     async def weight_update(self, now_s: float) -> None:
+        """Refit (the job keeps the period, `loops.weights_s`), store, then route with the
+        new weights: a version the database refused was routed with but never stored, so
+        decisions named weights no postmortem could find. It is stored at the next run."""
         rt = self.runtime
-        new = rt.scheduler.refit_weights(now_s)  # the job keeps the period (loops.weights_s)
-        if new is None or rt.engine is None:
+        new = self.unstored_weights or rt.scheduler.refit_weights(now_s)
+        if new is None:
             return
-        rec = WeightVersionRecord(new.version, now_s, new.as_dict())
-        await asyncio.to_thread(record_weight_version, rt.engine, rec)
+        if rt.engine is not None:
+            self.unstored_weights = new
+            rec = WeightVersionRecord(new.version, now_s, new.as_dict())
+            await asyncio.to_thread(record_weight_version, rt.engine, rec)
+            self.unstored_weights = None
+        rt.scheduler.adopt_weights(new)
         log.info("learned weights updated to %s", new.version)
