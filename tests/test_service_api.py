@@ -17,6 +17,7 @@ import httpx
 import pytest
 import yaml
 from service_helpers import Clock, build_test_service
+from sqlalchemy import text
 
 from slaguard.audit.service import UnknownRequestError, explain
 from slaguard.service.app import create_app
@@ -245,6 +246,30 @@ def test_first_token_of_a_decision_only_in_the_database_is_not_an_error(api: Run
     assert fb["recorded"] is True
     again = api.client.post("/v1/first-token", json=body)
     assert (again.status_code, again.json()["fed"]) == (200, False)
+
+
+def test_an_evicted_decision_while_the_database_fails_is_a_503_then_recorded(
+    api: Running,
+) -> None:
+    """The lookup raised through to a 500 "internal error": the client could not tell
+    that its outcome was not recorded and should be sent again."""
+    out = _evicted_decision(api)
+    body = {"decision_id": out["decision_id"], "ttft_s": 0.4, "e2e_s": 1.0}
+    with api.service.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE decisions RENAME TO decisions_away"))
+    try:
+        fb = api.client.post("/v1/feedback", json=body)
+        assert fb.status_code == 503 and fb.headers["retry-after"] == "5", fb.text
+        assert fb.json()["error"].startswith(f"decision_id: cannot look {out['decision_id']!r}")
+        first = api.client.post(
+            "/v1/first-token", json={"decision_id": out["decision_id"], "ttft_s": 0.4}
+        )
+        assert (first.status_code, first.json()["fed"]) == (200, False)
+    finally:
+        with api.service.engine.begin() as conn:
+            conn.execute(text("ALTER TABLE decisions_away RENAME TO decisions"))
+    again = api.client.post("/v1/feedback", json=body)
+    assert again.status_code == 200 and again.json()["recorded"] is True
 
 
 def test_a_whole_answer_of_an_evicted_decision_is_judged_on_its_end(api: Running) -> None:

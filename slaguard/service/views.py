@@ -12,7 +12,9 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 
+from slaguard.audit.engine import error_line
 from slaguard.audit.records import OutcomeRecord
 from slaguard.audit.service import UnknownRequestError, explain
 from slaguard.service.hotpath import (
@@ -167,6 +169,13 @@ async def feedback(request: Request) -> Response:
             return json_response(await _feedback_from_db(rt, body))
         except NotFoundError as exc:
             return error_response(404, str(exc))
+        except SQLAlchemyError as exc:  # not recorded: the client must send it again
+            return error_response(
+                503,
+                f"decision_id: cannot look {body.decision_id!r} up in the audit database "
+                f"({error_line(exc)}); retry",
+                {"Retry-After": "5"},
+            )
     done = rt.finish(
         entry,
         body.status,
@@ -223,7 +232,10 @@ async def _known_outside_memory(rt: ServiceRuntime, decision_id: str) -> bool:
         return True
     if rt.store is None:
         return False
-    return await asyncio.to_thread(rt.store.find_decision, decision_id) is not None
+    try:
+        return await asyncio.to_thread(rt.store.find_decision, decision_id) is not None
+    except SQLAlchemyError:  # cannot tell: the TTFT still comes with the feedback
+        return True
 
 
 async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> dict[str, Any]:
