@@ -37,6 +37,7 @@ from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore
 from slaguard.guard.leader import current_leader
 from slaguard.guard.manual import ManualAction, ManualOutcome, ModeBusyError, apply_manual
+from slaguard.guard.modes import TransitionKind
 from slaguard.guard.persist import EventPersister
 from slaguard.guard.queries import arm_sla, incident_list, mode_history
 from slaguard.guard.runtime import NOT_LOADED
@@ -197,7 +198,7 @@ def status(
         typer.echo(json.dumps(payload, indent=2))
         return
     kind = "" if st.entered_by is None else f" ({st.entered_by.value})"
-    plan = _plan_line(st.mode.kind, st.auto_advance)
+    plan = _plan_line(st.mode.kind, st.auto_advance, st.entered_by)
     lines = [
         f"fleet mode:   {st.mode.label} since {_utc(st.since_s)} ({_ago(now_s - st.since_s)} ago)",
         f"why:          {st.reason}{kind}",
@@ -266,14 +267,17 @@ def incidents(
         emit_frame(frame, fmt, output, "open incidents" if open_only else "incidents")
 
 
-def _plan_line(kind: ModeKind, auto_advance: bool) -> str:
-    """What moves the fleet from here (a hold said "or the breaker", which never leaves one)."""
+def _plan_line(kind: ModeKind, auto_advance: bool, entered_by: TransitionKind | None) -> str:
+    """What moves the fleet from here (a hold said "or the breaker", which never leaves
+    one; an automatic return follows only a trip)."""
     if auto_advance:
         return "advances by the rollout plan"
     if kind is ModeKind.HELD_ROUND_ROBIN:
         return "held: nothing automatic leaves it; `slaguard resume` does"
-    if kind is ModeKind.ROUND_ROBIN:
+    if kind is ModeKind.ROUND_ROBIN and entered_by is TransitionKind.TRIP:
         return "stays until `slaguard resume` (or an automatic return, if enabled)"
+    if kind is ModeKind.ROUND_ROBIN:
+        return "stays until `slaguard resume`"
     return "stays until the breaker trips or a human moves it"
 
 

@@ -199,7 +199,8 @@ class GuardStore:
                 .limit(_RECENT_CHANGES)
             ).all()
         for to_mode, reason, evidence in rows:
-            if transition_kind(evidence, reason) in _PLANNED and to_mode.startswith("rollout("):
+            planned = transition_kind(evidence, reason) in _PLANNED and not is_simulated(evidence)
+            if planned and to_mode.startswith("rollout("):
                 return FleetMode.parse(to_mode).stage_pct
         return None
 
