@@ -128,6 +128,16 @@ def test_budgets_and_mode_transitions_are_drawn(boards: dict[str, dict[str, Any]
     assert notes["Mode transitions"]["datasource"]["uid"] == "${datasource}"
 
 
+def test_mode_changes_every_replica_counts_are_taken_once(queries: list[PanelQuery]) -> None:
+    """Every replica counts each fleet mode change: `sum` across 2 replicas drew 3.01
+    transitions where there were 2 (`max` gave 2.004)."""
+    counted = [q for q in queries if "slaguard_fleet_mode_transitions_total" in q.expr]
+    assert {q.panel_title for q in counted} == {"Mode transitions", "annotation: Mode transitions"}
+    for q in counted:
+        assert q.expr.startswith("max by (from, to) (increase("), q
+        assert "sum" not in q.expr, q
+
+
 def test_panel_queries_substitute_every_variable(queries: list[PanelQuery]) -> None:
     assert len(queries) >= 50
     assert not [q for q in queries if "$" in q.expr]

@@ -12,6 +12,7 @@ from slaguard.dashboards.panels import (
     dashboard,
     gauge,
     increase,
+    increase_once,
     mode_timeline,
     rate,
     single_stat,
@@ -42,9 +43,10 @@ def build() -> db.Dashboard:
         ),
         ts(
             "Mode transitions",
-            "Fleet mode changes within each interval, by from and to.",
+            "Fleet mode changes within each interval, by from and to (every replica "
+            "counts each change: the max across instances, not the sum).",
             units.Short,
-            [(increase(_TRANSITIONS, "from, to"), "{{from}} -> {{to}}")],
+            [(increase_once(_TRANSITIONS, "from, to"), "{{from}} -> {{to}}")],
             bars=True,
             span=18,
         ),
@@ -117,7 +119,7 @@ def build() -> db.Dashboard:
         "transitions (also as annotations) and the rollout A/B comparison.",
         [("Fleet mode", fleet_mode), ("Detectors", detectors), ("Rollout A/B", rollout)],
         annotations=[
-            annotation("Mode transitions", "red", f"{increase(_TRANSITIONS, 'from, to')} > 0"),
+            annotation("Mode transitions", "red", f"{increase_once(_TRANSITIONS, 'from, to')} > 0"),
             annotation("Detector trips", "orange", f"{increase(_TRIPS, 'detector')} > 0"),
         ],
     )

@@ -259,6 +259,12 @@ def increase(metric: str, by: str, sel: str = SEL, *, window: str = "$__rate_int
     return f"{grouping}(increase({metric}{{{sel}}}[{window}]))"
 
 
+def increase_once(metric: str, by: str, sel: str = SEL, *, window: str = "$__rate_interval") -> str:
+    """`max by (<by>) (increase(<metric>{sel}[window]))`, for an event every replica counts
+    (a fleet mode change): `sum` would count it once per replica."""
+    return f"max by ({by}) (increase({metric}{{{sel}}}[{window}]))"
+
+
 def gauge(metric: str, by: str, sel: str = SEL) -> str:
     """`max by (<by>) (<metric>{sel})`: one value per group however many instances report it."""
     grouping = f"max by ({by}) " if by else "max"
