@@ -8,7 +8,7 @@ from grafana_foundation_sdk.models import units
 from slaguard.dashboards.panels import (
     FLEET_MODE,
     SEL,
-    annotation,
+    Annotation,
     dashboard,
     gauge,
     increase,
@@ -119,7 +119,22 @@ def build() -> db.Dashboard:
         "transitions (also as annotations) and the rollout A/B comparison.",
         [("Fleet mode", fleet_mode), ("Detectors", detectors), ("Rollout A/B", rollout)],
         annotations=[
-            annotation("Mode transitions", "red", f"{increase_once(_TRANSITIONS, 'from, to')} > 0"),
-            annotation("Detector trips", "orange", f"{increase(_TRIPS, 'detector')} > 0"),
+            Annotation(
+                "Mode transitions",
+                "red",
+                f"{increase_once(_TRANSITIONS, 'from, to')} > 0",
+                title="{{from}} -> {{to}}",
+                text="Fleet mode changed from {{from}} to {{to}}.",
+                tag_keys=("from", "to"),
+            ),
+            Annotation(
+                "Detector trips",
+                "orange",
+                f"{increase(_TRIPS, 'detector')} > 0",
+                title="{{detector}} tripped",
+                text="Breaker trip by {{detector}} (manual, alertmanager: a rollback or hold); "
+                "slaguard history has the numbers.",
+                tag_keys=("detector",),
+            ),
         ],
     )

@@ -8,6 +8,7 @@ Every dashboard starts with a `datasource` variable and the chained `fleet` -> `
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, Self, TypeVar
 
 from grafana_foundation_sdk.builders import common as cb
@@ -91,7 +92,7 @@ def dashboard(
     rows: Sequence[Row],
     *,
     per_target: bool = False,
-    annotations: Sequence[db.AnnotationQuery] = (),
+    annotations: Sequence[Annotation] = (),
 ) -> db.Dashboard:
     """A dashboard with the slaguard tags, time range and variables, then `rows` in order."""
     board = (
@@ -114,16 +115,41 @@ def dashboard(
     return board
 
 
-def annotation(name: str, color: str, expr: str) -> db.AnnotationQuery:
-    """An enabled Prometheus annotation: a marker wherever `expr` has a value."""
-    return (
-        db.AnnotationQuery()
-        .name(name)
-        .datasource(DATASOURCE)
-        .enable(True)
-        .icon_color(color)
-        .expr(expr)
-    )
+class _PrometheusAnnotationQuery(dm.AnnotationQuery):
+    """An annotation query with the Prometheus data source's display fields, which the
+    SDK's schema lacks: Grafana takes a marker's title and text only from `titleFormat`
+    and `textFormat`, and its tags only from the labels `tagKeys` names (a blank marker
+    without them)."""
+
+    def __init__(self, note: Annotation) -> None:
+        super().__init__(
+            name=note.name, datasource=DATASOURCE, enable=True, icon_color=note.color,
+            expr=note.expr,
+        )  # fmt: skip
+        self.display = {
+            "titleFormat": note.title,
+            "textFormat": note.text,
+            "tagKeys": ",".join(note.tag_keys),
+        }
+
+    def to_json(self) -> dict[str, object]:
+        return {**super().to_json(), **self.display}
+
+
+@dataclass(frozen=True, slots=True)
+class Annotation(cogbuilder.Builder[dm.AnnotationQuery]):
+    """An enabled Prometheus annotation: a marker wherever `expr` has a value, titled and
+    described from its labels (`{{label}}`) and tagged with the `tag_keys` labels' values."""
+
+    name: str
+    color: str
+    expr: str
+    title: str
+    text: str
+    tag_keys: tuple[str, ...]
+
+    def build(self) -> dm.AnnotationQuery:
+        return _PrometheusAnnotationQuery(self)
 
 
 def _targets(queries: Sequence[Query]) -> list[cogbuilder.Builder[cogvariants.Dataquery]]:
