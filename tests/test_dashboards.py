@@ -135,6 +135,15 @@ def test_budgets_and_mode_transitions_are_drawn(boards: dict[str, dict[str, Any]
     assert notes["Mode transitions"]["datasource"]["uid"] == "${datasource}"
 
 
+def test_error_budget_left_is_red_when_spent(boards: dict[str, dict[str, Any]]) -> None:
+    """The base step was green, so an exhausted budget (-21.5 during a burn) showed green."""
+    (budget,) = [p for p in panels(boards["slaguard-fleet"]) if "budget left" in p["title"]]
+    steps = budget["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert [(s["value"], s["color"]) for s in steps] == [
+        (None, "red"), (0.25, "orange"), (0.5, "green"),
+    ]  # fmt: skip
+
+
 def test_annotations_are_titled_and_tagged_from_their_labels(
     boards: dict[str, dict[str, Any]],
 ) -> None:

@@ -98,10 +98,12 @@ def build() -> db.Dashboard:
         ),
         single_stat(
             "Error budget left (30 days)",
-            "1 - (violations / completions over 30 days) / 1 % budget.",
+            "1 - (violations / completions over 30 days) / 1 % budget; negative once spent. "
+            "Red below 25 %, orange below 50 %.",
             units.PercentUnit,
             [(f"1 - ({_burn('30d')})", "budget left")],
             thresholds=[(0.25, "orange"), (0.5, "green")],
+            base_color="red",
             span=8,
         ),
     ]

@@ -196,12 +196,13 @@ def _panel(
     )
 
 
-def _thresholds(steps: Sequence[tuple[float, str]]) -> db.ThresholdsConfig:
+def _thresholds(steps: Sequence[tuple[float, str]], base: str) -> db.ThresholdsConfig:
+    """`base` colours everything below the first step: red where low is bad (budget left)."""
     return (
         db.ThresholdsConfig()
         .mode(dm.ThresholdsMode.ABSOLUTE)
         .steps(
-            [dm.Threshold(value=None, color="green")]
+            [dm.Threshold(value=None, color=base)]
             + [dm.Threshold(value=v, color=c) for v, c in steps]
         )
     )
@@ -230,7 +231,7 @@ def ts(
     if bars:
         panel = panel.draw_style(cm.GraphDrawStyle.BARS).fill_opacity(80)
     if thresholds:
-        panel = panel.thresholds(_thresholds(thresholds)).thresholds_style(
+        panel = panel.thresholds(_thresholds(thresholds, "green")).thresholds_style(
             cb.GraphThresholdsStyleConfig().mode(cm.GraphThresholdsStyleMode.DASHED)
         )
     return panel
@@ -243,16 +244,17 @@ def single_stat(
     queries: Sequence[Query],
     *,
     thresholds: Sequence[tuple[float, str]] = (),
+    base_color: str = "green",
     span: int = 6,
 ) -> stat.Panel:
-    """A stat panel showing the last value."""
+    """A stat panel showing the last value, coloured `base_color` below the first threshold."""
     panel = (
         _panel(stat.Panel(), title, description, unit, queries, height=5, span=span)
         .graph_mode(cm.BigValueGraphMode.AREA)
         .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
     )
     if thresholds:
-        panel = panel.thresholds(_thresholds(thresholds))
+        panel = panel.thresholds(_thresholds(thresholds, base_color))
     return panel
 
 
