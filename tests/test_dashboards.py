@@ -144,6 +144,17 @@ def test_error_budget_left_is_red_when_spent(boards: dict[str, dict[str, Any]]) 
     ]  # fmt: skip
 
 
+def test_the_rollout_panel_plots_the_guards_own_comparison(queries: list[PanelQuery]) -> None:
+    """Dividing the two arm ratio gauges gave NaN (0/0) in every healthy sample and +Inf
+    whenever round-robin had no misses; the guard publishes the number it compares."""
+    arms = [q for q in queries if "slaguard_rollout_arm_sla_violation_ratio" in q.expr]
+    assert arms and not [q for q in arms if "/" in q.expr]
+    compare = [q.expr for q in queries if q.panel_title == "Rollout comparison: score vs threshold"]
+    assert len(compare) == 2
+    assert "slaguard_detector_score{" in compare[0] and "slaguard_detector_threshold{" in compare[1]
+    assert all('detector="rollout_compare"' in expr for expr in compare)
+
+
 def test_annotations_are_titled_and_tagged_from_their_labels(
     boards: dict[str, dict[str, Any]],
 ) -> None:

@@ -27,10 +27,7 @@ _ANOMALOUS_SHARE = f"{rate(_VERDICTS, 'detector', _ANOMALOUS)} / {rate(_VERDICTS
 _ARM_RATIO = "slaguard_rollout_arm_sla_violation_ratio"
 _TRANSITIONS = "slaguard_fleet_mode_transitions_total"
 _TRIPS = "slaguard_detector_trips_total"
-
-
-def _arm_ratio(arm: str) -> str:
-    return gauge(_ARM_RATIO, "", f'{SEL}, arm="{arm}"')
+_COMPARE = f'{SEL}, detector="rollout_compare"'
 
 
 def build() -> db.Dashboard:
@@ -100,16 +97,17 @@ def build() -> db.Dashboard:
             [(gauge(_ARM_RATIO, "arm"), "{{arm}}")],
         ),
         ts(
-            "Learned / round-robin violation ratio",
-            "Rollback rule: learned > round-robin x 1.05 (dashed line).",
+            "Rollout comparison: score vs threshold",
+            "The number the guard compares: the learned arm's violation ratio over "
+            "round-robin's in the comparison window. A gap while an arm has too few "
+            "requests there (200 by default) or neither missed; +Inf when only learned "
+            "missed. Above the threshold the guard rolls back once the excess is also "
+            "significant.",
             units.Short,
             [
-                (
-                    f"{_arm_ratio('learned')} / {_arm_ratio('round_robin')}",
-                    "learned / round_robin",
-                )
+                (gauge("slaguard_detector_score", "", _COMPARE), "learned / round_robin"),
+                (gauge("slaguard_detector_threshold", "", _COMPARE), "threshold"),
             ],
-            thresholds=[(1.05, "red")],
         ),
     ]
     return dashboard(
