@@ -369,5 +369,13 @@ def test_fault_alerts_through_alertmanager_and_every_panel_has_data(stack: Stack
         10,
         stack.procs,
     )
+    # Each answered request is two audit rows, its decision and its outcome (the ops
+    # dashboard and the SlaguardAuditBacklog runbook compare rows/s with 2x decisions/s).
+    _wait_until(
+        "Prometheus counting two audit rows per answered request",
+        lambda: _value(prom, "sum(slaguard_audit_rows_written_total)") == 2 * stats.ok or None,
+        10,
+        stack.procs,
+    )
     violations = _value(prom, "sum(slaguard_sla_violations_total)")
     assert stats.tight_ok <= violations <= stats.tight_ok + 0.05 * stats.ok, (violations, stats)

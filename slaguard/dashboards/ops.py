@@ -47,7 +47,8 @@ def build() -> db.Dashboard:
         ),
         ts(
             "Audit rows written/s vs decisions/s",
-            "Rows committed per second should track decisions per second.",
+            "Rows committed per second should track about 2x decisions per second: each "
+            "request writes its decision and, once it ends, its outcome.",
             units.RowsPerSecond,
             [
                 (rate("slaguard_audit_rows_written_total", "instance"), "written {{instance}}"),
