@@ -124,6 +124,17 @@ def test_rules_read_only_series_slaguard_exposes_or_records() -> None:
         assert recorded_used <= recorded, (rule.get("alert"), recorded_used - recorded)
 
 
+def test_every_recording_rule_is_read_by_a_rule_or_a_runbook() -> None:
+    """fleet:slaguard_decisions:rate5m and the decision latency p50 were recorded at every
+    evaluation and read by nothing (the dashboards read raw series)."""
+    used: set[str] = set()
+    for rule in rules():
+        used |= referenced_series(rule["expr"])[1]
+    runbooks = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "runbooks").glob("*.md"))
+    recorded = {r["record"] for r in rules() if "record" in r}
+    assert sorted(n for n in recorded - used if n not in runbooks) == []
+
+
 def test_rules_read_recording_rules_defined_earlier_in_their_own_group() -> None:
     # Groups are evaluated independently: across groups a rule reads the value of the
     # previous evaluation, which made alert values flap by one step in promtool tests.
