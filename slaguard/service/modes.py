@@ -250,6 +250,7 @@ class ReplicaModes:
             log.warning("this replica (%s) no longer leads the guard", self.replica.replica_id)
         if not report.leader:
             self._apply_router()  # the leader's published jitter scores and demotions
+            self.metrics.clear_leader_gauges()  # the leader's to publish, never a stale one
         if report.adopted is not None:
             log.info("fleet mode %s adopted from the database", report.adopted.mode.label)
         self.metrics.set_fleet_mode(self.replica.current())

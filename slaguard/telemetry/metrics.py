@@ -7,6 +7,7 @@ leaks through the process-global default registry. Label values go through allow
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple, Protocol
@@ -63,6 +64,7 @@ class SlaguardMetrics(MetricFamilies):
         self._decision_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
         self._completion_children: dict[tuple[str, str, str], _Completion] = {}
         self._mode: str | None = None
+        self.clear_leader_gauges()
 
     @classmethod
     def for_fleet(cls, registry: CollectorRegistry, fleet: Fleet) -> SlaguardMetrics:
@@ -205,6 +207,16 @@ class SlaguardMetrics(MetricFamilies):
         self.detector_verdicts.labels(detector, VERDICTS.clean(verdict)).inc()
         self.detector_score.labels(detector).set(score)
         self.detector_threshold.labels(detector).set(threshold)
+
+    def clear_leader_gauges(self) -> None:
+        """NaN in what only the guard leader publishes (detector scores and thresholds,
+        per-arm violation ratios), on followers and once leadership is lost: a follower's 0,
+        or an ex-leader's last value, won the dashboards' `max` across instances."""
+        for detector in DETECTORS:
+            self.detector_score.labels(detector).set(math.nan)
+            self.detector_threshold.labels(detector).set(math.nan)
+        for arm in ARMS:
+            self.arm_violation_ratio.labels(arm).set(math.nan)
 
     def count_trip(self, detector: str) -> None:
         """The breaker tripped on this detector, or an operator or Alertmanager rolled back."""

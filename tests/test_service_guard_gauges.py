@@ -1,0 +1,100 @@
+"""The guard's gauges on two `slaguard serve` replicas of one SQLite file: detector scores,
+thresholds and per-arm ratios come from the leader alone (NaN elsewhere, also once a
+replica lost the lead)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from service_helpers import FLEET, Clock
+from test_guard_store import arm_samples, start_rollout
+
+from slaguard.guard.store import GuardStore
+from slaguard.service.bootstrap import Service, build_service
+from slaguard.service.config import load_config
+from slaguard.telemetry.labels import ARMS, DETECTORS
+
+
+def replica(tmp: Path, name: str, clock: Clock) -> Service:
+    """One replica on `tmp`'s shared audit database, with its own spill journal."""
+    fleet = tmp / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(FLEET))
+    cfg = load_config(
+        None,
+        {
+            "fleet": fleet,
+            "db": str(tmp / "audit.db"),
+            "spill_dir": tmp / f"spill-{name}",
+            "telemetry": {"scrape": False, "stale_after_s": 1.0},
+            "notify_file": tmp / "incidents.jsonl",
+        },
+    )
+    return build_service(cfg, clock=clock, replica_id=name)
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[Service, Service, Clock]]:
+    """Replicas "a" (the leader, in a 50 % rollout) and "b"."""
+    clock = Clock(time.time())
+    a = replica(tmp_path, "a", clock)
+    start_rollout(GuardStore(a.engine), at_s=clock.now - 30)
+    b = replica(tmp_path, "b", clock)
+    try:
+        yield a, b, clock
+    finally:
+        b.close()
+        a.close()
+
+
+def leader_gauges(service: Service) -> dict[str, float | None]:
+    get = service.runtime.metrics.registry.get_sample_value
+    out = {}
+    for detector in DETECTORS:
+        for name in ("slaguard_detector_score", "slaguard_detector_threshold"):
+            out[f"{name}{{{detector}}}"] = get(name, {"detector": detector})
+    for arm in ARMS:
+        out[f"arm {arm}"] = get("slaguard_rollout_arm_sla_violation_ratio", {"arm": arm})
+    return out
+
+
+def all_nan(values: dict[str, float | None]) -> bool:
+    return all(v is not None and math.isnan(v) for v in values.values())
+
+
+async def step(service: Service, now_s: float) -> None:
+    await service.runtime.modes.sync(now_s)
+    await service.runtime.modes.evaluate(now_s)
+    await service.modes.wait_for_delivery()
+
+
+def test_only_the_leader_publishes_detector_scores_thresholds_and_arm_ratios(
+    pair: tuple[Service, Service, Clock],
+) -> None:
+    """Followers exported 0 for them, and an ex-leader kept its last values: the
+    dashboards' `max` across instances showed a follower's 0 or a stale ex-leader."""
+    a, b, clock = pair
+    now = clock.now
+
+    async def run() -> None:
+        for service in (a, b):
+            for sample in arm_samples(now - 5):
+                service.runtime.modes.on_outcome(sample)
+            await step(service, now)
+        led = leader_gauges(a)
+        assert led["slaguard_detector_threshold{hot_spot}"] == pytest.approx(0.2)
+        assert led["arm learned"] == pytest.approx(0.4)  # 2 in every 5 missed
+        assert all_nan(leader_gauges(b)), leader_gauges(b)
+        a.modes.replica.lease.close()  # "a" stalls; "b" takes the lead
+        await step(b, now + 1)
+        await step(a, now + 1)
+        assert not a.modes.replica.is_leader
+        assert all_nan(leader_gauges(a)), leader_gauges(a)
+        assert leader_gauges(b)["slaguard_detector_threshold{hot_spot}"] == pytest.approx(0.2)
+
+    asyncio.run(run())
