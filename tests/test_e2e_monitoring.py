@@ -52,9 +52,13 @@ RUNBOOK_BASE = "https://slaguard.example.com/runbooks/"
 START_TIMEOUT_S = 45.0
 ROLLOUT_TIMEOUT_S = 30.0
 ALERT_TIMEOUT_S = 60.0
-THIN_IN_THIS_RUN = {("slaguard-guard", "Rollout comparison: score vs threshold")}
-"""Panels whose queries may answer only NaN here: the guard publishes no rollout comparison
-score before each arm has 200 requests in its window, more than this short run sends."""
+THIN_IN_THIS_RUN = {
+    ("slaguard-guard", "Rollout comparison: score vs threshold"),
+    ("slaguard-targets", "TTFT p99 Z-score"),
+}
+"""Panels whose queries may answer only NaN here, where the guard has not judged yet: no
+rollout comparison score before each arm has 200 requests in its window, no target's TTFT
+Z-score before three targets have 30 first tokens each; more than this short run sends."""
 
 
 @dataclass

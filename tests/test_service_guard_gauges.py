@@ -1,6 +1,6 @@
 """The guard's gauges on two `slaguard serve` replicas of one SQLite file: detector scores,
 thresholds and per-arm ratios come from the leader alone (NaN elsewhere, also once a
-replica lost the lead)."""
+replica lost the lead), and a target the guard has not scored reads NaN, not 0."""
 
 from __future__ import annotations
 
@@ -15,10 +15,20 @@ import yaml
 from service_helpers import FLEET, Clock
 from test_guard_store import arm_samples, start_rollout
 
+from slaguard.guard.router_inputs import RouterInputs
 from slaguard.guard.store import GuardStore
 from slaguard.service.bootstrap import Service, build_service
 from slaguard.service.config import load_config
+from slaguard.service.loops import ServiceLoops
 from slaguard.telemetry.labels import ARMS, DETECTORS
+
+TARGETS = {
+    "h100-8b": ("h100", "llama3.1-8b"),
+    "l40s-8b-0": ("l40s", "llama3.1-8b"),
+    "l40s-8b-1": ("l40s", "llama3.1-8b"),
+    "a100-70b": ("a100", "llama3.1-70b"),
+}
+"""The test fleet's targets: card type and model."""
 
 
 def replica(tmp: Path, name: str, clock: Clock) -> Service:
@@ -67,6 +77,12 @@ def all_nan(values: dict[str, float | None]) -> bool:
     return all(v is not None and math.isnan(v) for v in values.values())
 
 
+def target_gauge(service: Service, name: str, target: str) -> float | None:
+    card_type, model = TARGETS[target]
+    labels = {"target": target, "card_type": card_type, "model": model}
+    return service.runtime.metrics.registry.get_sample_value(name, labels)
+
+
 async def step(service: Service, now_s: float) -> None:
     await service.runtime.modes.sync(now_s)
     await service.runtime.modes.evaluate(now_s)
@@ -96,5 +112,33 @@ def test_only_the_leader_publishes_detector_scores_thresholds_and_arm_ratios(
         assert not a.modes.replica.is_leader
         assert all_nan(leader_gauges(a)), leader_gauges(a)
         assert leader_gauges(b)["slaguard_detector_threshold{hot_spot}"] == pytest.approx(0.2)
+
+    asyncio.run(run())
+
+
+def test_a_target_the_guard_has_not_scored_reads_nan_and_a_demoted_one_says_so(
+    pair: tuple[Service, Service, Clock],
+) -> None:
+    """The router reads 0 for an unscored target and the gauge exported that 0, so a slow
+    target, demoted and then too thin to score, read 0.0 ("normal") for 16 minutes."""
+    a, b, clock = pair
+    now = clock.now
+
+    async def run() -> None:
+        await step(a, now)  # leads with no TTFT data: nothing scored
+        await ServiceLoops(a.runtime).hardware_refresh(now)
+        for target in TARGETS:
+            z = target_gauge(a, "slaguard_target_ttft_p99_zscore", target)
+            assert z is not None and math.isnan(z), (target, z)
+        # what a leader publishes once it scored h100-8b and demoted l40s-8b-0
+        inputs = RouterInputs({"h100-8b": 4.2}, frozenset({"l40s-8b-0"}))
+        a.modes.replica.lease.publish(inputs.to_text("a", now))
+        await b.runtime.modes.sync(now)
+        await ServiceLoops(b.runtime).hardware_refresh(now)
+        assert target_gauge(b, "slaguard_target_ttft_p99_zscore", "h100-8b") == 4.2
+        z = target_gauge(b, "slaguard_target_ttft_p99_zscore", "l40s-8b-0")
+        assert z is not None and math.isnan(z)
+        assert target_gauge(b, "slaguard_target_demoted", "l40s-8b-0") == 1
+        assert target_gauge(b, "slaguard_target_demoted", "h100-8b") == 0
 
     asyncio.run(run())

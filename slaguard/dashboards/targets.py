@@ -59,8 +59,10 @@ def build() -> db.Dashboard:
         ),
         ts(
             "TTFT p99 Z-score",
-            "Robust Z-score of each target's 5-minute TTFT p99 against its peers. "
-            "Dashed line: 3.5, where the alert and the demotion start.",
+            "Robust Z-score of each target's 5-minute TTFT p99 against its peers; a gap "
+            "while the guard has too few requests to score a target (often a demoted one: "
+            "see Demoted targets now). Dashed line: 3.5, where the alert and the demotion "
+            "start.",
             units.Short,
             [(_per_target("slaguard_target_ttft_p99_zscore"), "{{target}}")],
             thresholds=[(3.5, "red")],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -147,13 +148,15 @@ class ServiceLoops:
     async def hardware_refresh(self, now_s: float) -> None:
         rt = self.runtime
         state = rt.scheduler.state
+        scored = rt.modes.scored_targets()
         for t in rt.fleet:
             pic = state.picture(t.index)
             rt.metrics.set_target_state(
                 t.id,
                 queue_depth=int(pic.queue_depth),
                 kv_used_ratio=pic.kv_used_gb / t.kv_budget_gb,
-                ttft_p99_zscore=pic.jitter_z,
+                # the router's 0 for an unscored target read as "normal" on a slow, demoted one
+                ttft_p99_zscore=pic.jitter_z if t.id in scored else math.nan,
                 demoted=pic.demoted,
             )
         if rt.writer is not None:

@@ -20,7 +20,7 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -87,6 +87,11 @@ class ModeSource(Protocol):
 
     def guard_status(self) -> dict[str, object]:
         """This replica's part in the guard (leader or not) for `/v1/status` (no I/O)."""
+        ...
+
+    def scored_targets(self) -> Collection[str]:
+        """Targets the guard's TTFT Z-score covers now (no I/O); the router reads 0, no
+        jitter, for the others, which the metrics must not pass off as a measured 0."""
         ...
 
     def on_arrival(self, at_s: float, prefix_id: str | None) -> None:
@@ -199,6 +204,9 @@ class ReplicaModes:
             "fleet_digest": r.fleet_digest,
             "fleet_matches_leader": r.fleet_matches_leader,
         }
+
+    def scored_targets(self) -> Collection[str]:
+        return self.replica.router.jitter_z.keys()
 
     def on_arrival(self, at_s: float, prefix_id: str | None) -> None:
         self.replica.observe_arrival(at_s, prefix_id)
@@ -364,5 +372,6 @@ class ReplicaModes:
     def _apply_router(self) -> None:
         """The leader's jitter Z-scores and demotions into this router (computed here on the
         leader, published by it elsewhere); a target without a score gets 0 (all of them
-        when nothing fresh was published), never a stale one."""
+        when nothing fresh was published), never a stale one. The metrics export NaN for
+        those (`scored_targets`)."""
         self.replica.router.apply(self.fleet_state, self._index)

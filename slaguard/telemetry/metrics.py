@@ -65,6 +65,8 @@ class SlaguardMetrics(MetricFamilies):
         self._completion_children: dict[tuple[str, str, str], _Completion] = {}
         self._mode: str | None = None
         self.clear_leader_gauges()
+        for t in self._targets.values():
+            self.target_ttft_zscore.labels(*t).set(math.nan)
 
     @classmethod
     def for_fleet(cls, registry: CollectorRegistry, fleet: Fleet) -> SlaguardMetrics:
@@ -147,7 +149,8 @@ class SlaguardMetrics(MetricFamilies):
         ttft_p99_zscore: float,
         demoted: bool,
     ) -> None:
-        """The per-target gauges, refreshed together every hardware tick."""
+        """The per-target gauges, refreshed together every hardware tick; NaN as
+        `ttft_p99_zscore` for a target the guard has not scored (never a made-up 0)."""
         t = self.target_labels(target_id)
         self.target_queue_depth.labels(*t).set(queue_depth)
         self.target_kv_used.labels(*t).set(kv_used_ratio)
