@@ -288,6 +288,7 @@ def test_telemetry_push_updates_the_picture(api: Running) -> None:
     rows = {t["target"]: t for t in api.client.get("/v1/status").json()["targets"]}
     assert rows["h100-8b"]["queue_depth"] == 7 and rows["h100-8b"]["kv_used_ratio"] == 0.5
     assert rows["h100-8b"]["healthy"] is False
+    assert rows["h100-8b"]["jitter_z"] is None, "not scored: no measured 0"
     api.client.post("/v1/telemetry", json={"target": "h100-8b", "healthy": True})
     unknown = api.client.post("/v1/telemetry", json={"target": "nope", "queue_depth": 1})
     assert unknown.status_code == 422 and unknown.json()["error"].startswith("target")

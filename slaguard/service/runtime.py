@@ -340,6 +340,7 @@ class ServiceRuntime:
         st = self.modes.state()
         rows = self.scheduler.state
         now = self.clock()
+        scored = self.modes.scored_targets()
         targets = []
         for t in self.fleet:
             pic = rows.picture(t.index)
@@ -351,7 +352,7 @@ class ServiceRuntime:
                     "url": t.url,
                     "queue_depth": pic.queue_depth,
                     "kv_used_ratio": round(pic.kv_used_gb / t.kv_budget_gb, 4),
-                    "jitter_z": round(pic.jitter_z, 3),
+                    "jitter_z": round(pic.jitter_z, 3) if t.id in scored else None,
                     "healthy": pic.healthy,
                     "demoted": pic.demoted,
                     "picture_age_s": round(now - pic.refreshed_at_s, 3),
