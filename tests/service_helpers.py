@@ -33,7 +33,9 @@ class Clock:
         return self.now
 
 
-def build_test_service(tmp: Path, clock: Clock, **extra: Any) -> Service:
+def build_test_service(
+    tmp: Path, clock: Clock, replica_id: str | None = None, **extra: Any
+) -> Service:
     fleet = tmp / "fleet.yaml"
     fleet.write_text(yaml.safe_dump(FLEET))
     cfg = load_config(
@@ -46,7 +48,7 @@ def build_test_service(tmp: Path, clock: Clock, **extra: Any) -> Service:
             **extra,
         },
     )
-    return build_service(cfg, clock=clock)
+    return build_service(cfg, clock=clock, replica_id=replica_id)
 
 
 def route_request(rt: ServiceRuntime, request_id: str, prefix_id: str | None = None) -> Request:

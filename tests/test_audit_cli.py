@@ -28,14 +28,18 @@ WINDOW = ["--since", "2026-11-30T00:53:20Z", "--until", "2026-11-30T01:53:20Z"]
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def db(tmp_path_factory: pytest.TempPathFactory) -> str:
-    tmp = tmp_path_factory.mktemp("cli")
+def run_db(tmp: Path) -> str:
+    """`RUN` loaded into a SQLite file under `tmp`; its path."""
     engine = create_audit_engine(f"sqlite:///{tmp / 'audit.db'}")
     upgrade(engine)
     load_run(engine, RUN, tmp / "spill")
     engine.dispose()
     return str(tmp / "audit.db")
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return run_db(tmp_path_factory.mktemp("cli"))
 
 
 def ok(*args: str) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_audit_cli import EMPTY, RUN, START_S, WINDOW, ok, runner
+from test_audit_cli import EMPTY, RUN, START_S, WINDOW, ok, run_db, runner
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
@@ -25,12 +25,7 @@ from slaguard.cli.main import app
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> str:
     """`test_audit_cli`'s run in a database of this module's own."""
-    tmp = tmp_path_factory.mktemp("answers")
-    engine = create_audit_engine(f"sqlite:///{tmp / 'audit.db'}")
-    upgrade(engine)
-    load_run(engine, RUN, tmp / "spill")
-    engine.dispose()
-    return str(tmp / "audit.db")
+    return run_db(tmp_path_factory.mktemp("answers"))
 
 
 def test_a_limit_of_exactly_the_row_count_is_not_a_cut_answer(db: str) -> None:

@@ -11,14 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
-from service_helpers import FLEET, Clock
+from service_helpers import Clock, build_test_service
 from test_guard_store import arm_samples, start_rollout
 
 from slaguard.guard.router_inputs import RouterInputs
 from slaguard.guard.store import GuardStore
-from slaguard.service.bootstrap import Service, build_service
-from slaguard.service.config import load_config
+from slaguard.service.bootstrap import Service
 from slaguard.service.loops import ServiceLoops
 from slaguard.telemetry.labels import ARMS, DETECTORS
 
@@ -33,19 +31,7 @@ TARGETS = {
 
 def replica(tmp: Path, name: str, clock: Clock) -> Service:
     """One replica on `tmp`'s shared audit database, with its own spill journal."""
-    fleet = tmp / "fleet.yaml"
-    fleet.write_text(yaml.safe_dump(FLEET))
-    cfg = load_config(
-        None,
-        {
-            "fleet": fleet,
-            "db": str(tmp / "audit.db"),
-            "spill_dir": tmp / f"spill-{name}",
-            "telemetry": {"scrape": False, "stale_after_s": 1.0},
-            "notify_file": tmp / "incidents.jsonl",
-        },
-    )
-    return build_service(cfg, clock=clock, replica_id=name)
+    return build_test_service(tmp, clock, replica_id=name, spill_dir=tmp / f"spill-{name}")
 
 
 @pytest.fixture
