@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from fakes.incidents import incident
 
@@ -86,7 +88,7 @@ def test_client_text_is_escaped_everywhere_slack_parses_it() -> None:
     in_code = f"`prefix:{escaped}ˋxˋ *b*\\r\\nfake: line`"
     assert msg.text == (
         f"[opened] inc-300-1 hot_spot on prefix:{escaped}`x` *b*\\r\\nfake: line: prefix "
-        f"{escaped}`x` *b*\\r\\nfake: line has 31% of traffic (mode rollout(10) -> round_robin)"
+        f"{escaped}`x` *b*\\r\\nfake: line has 31% of traffic (mode rollout(10) -&gt; round_robin)"
     )
     header, summary, facts, verdict_line, numbers, resume, buttons, links = msg.blocks
     assert header["text"] == {
@@ -124,3 +126,13 @@ def test_a_slack_text_reads_back_as_the_channel_shows_it(text: str) -> None:
     """The demo printed the escaped Slack text: `(&gt;= 20%)`, `learned -&gt; round_robin`."""
     shown = from_mrkdwn(build_message(incident(summary=text), LINKS).text)
     assert text in shown
+
+
+def test_the_fallback_text_says_the_mode_change_once() -> None:
+    """An opening's summary ends "fleet learned -> round_robin"; the text then added
+    "(mode learned -> round_robin)", its arrow unescaped."""
+    opened = incident(summary="l40s tier slow; fleet learned -> round_robin")
+    opened = replace(opened, mode_before="learned", mode_after="round_robin")
+    text = build_message(opened, MessageLinks("", "")).text
+    assert text.endswith(": l40s tier slow; fleet learned -&gt; round_robin"), text
+    assert text.count("round_robin") == 1

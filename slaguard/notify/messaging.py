@@ -179,10 +179,11 @@ def build_message(event: IncidentEvent, links: MessageLinks) -> SlackMessage:
             )
         )
     blocks += _link_blocks(links)
+    change = f"{event.mode_before} -> {event.mode_after}"
+    said = f"{event.summary} (mode {change})" if change not in event.summary else event.summary
     text = _clip(
         f"[{event.state.value}] {_mrkdwn(event.incident_id)} {_mrkdwn(event.detector)} on "
-        f"{_mrkdwn(event.subject)}: {_mrkdwn(event.summary)} (mode {_mrkdwn(event.mode_before)} "
-        f"-> {_mrkdwn(event.mode_after)})",
+        f"{_mrkdwn(event.subject)}: {_mrkdwn(said)}",  # the change once ("fleet a -> b" says it)
         SECTION_TEXT_MAX,
     )
     return SlackMessage(text, blocks[:BLOCKS_MAX])
