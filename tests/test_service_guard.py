@@ -8,6 +8,8 @@ the test drives the guard's evaluations itself on the simulated clock).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import subprocess
 import sys
 import time
@@ -260,3 +262,33 @@ def test_without_the_first_token_the_feedback_brings_the_ttft(served: Served) ->
     assert s.client.post("/v1/feedback", json=fb).status_code == 200
     replica.evaluate(s.clock.now)
     assert counts(out["target"]) == before + 1
+
+
+def test_the_service_log_says_when_the_guard_demotes_a_target(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The demo's logs were empty: nothing in the service said a target was demoted (or a
+    fleet switched); only the audit rows and a gauge knew."""
+    s, modes = served, served.service.modes
+    speed = {"h100": 0.10, "h200": 0.09, "a100": 0.16, "l40s": 0.25}
+
+    async def run() -> None:
+        for second in range(420):
+            for quarter in range(4):
+                s.clock.now += 0.25
+                for t in s.service.runtime.fleet:
+                    slow = 8.0 if t.card.id == "h200" and second >= 330 else 1.0
+                    wobble = 1.0 + 0.05 * ((second * 4 + quarter + t.index) % 5)
+                    modes.on_outcome(
+                        GuardSample(s.clock.now, t.id, t.card.id, MODEL, True, 2.0,
+                                    speed[t.card.id] * wobble * slow)
+                    )  # fmt: skip
+            await modes.evaluate(s.clock.now)
+        await modes.wait_for_delivery()
+
+    with caplog.at_level(logging.INFO, logger="slaguard"):
+        asyncio.run(run())
+    said = [(r.levelno, r.getMessage()) for r in caplog.records]
+    demoted = [m for level, m in said if "demotes target:h200-8b" in m]
+    assert demoted and demoted[0].startswith("guard ttft_zscore demotes target:h200-8b: "), said
+    assert all(level == logging.WARNING for level, m in said if m in demoted)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from slaguard.guard.modes import ModeTransition
-from slaguard.guard.verdicts import JsonDict, Severity, Verdict
+from slaguard.guard.verdicts import Action, JsonDict, Severity, Verdict
 
 
 class VerdictPhase(StrEnum):
@@ -122,3 +122,23 @@ class IncidentEvent:
 
 
 GuardEvent = VerdictEvent | BreakerEvent | ModeChangedEvent | IncidentEvent
+
+
+def log_line(event: GuardEvent) -> tuple[bool, str] | None:
+    """What an operator's log says of an event, and whether it is a warning (a switch,
+    a trip, a demotion: the fleet routes differently); None for nothing worth a line. The
+    service logged none of them, so its log never told that a target was demoted."""
+    if isinstance(event, ModeChangedEvent):
+        t = event.transition
+        return True, f"fleet mode {t.from_mode} -> {t.to_mode} ({t.kind.value}): {t.reason}"
+    if isinstance(event, BreakerEvent):
+        return event.signal == "trip", f"guard breaker {event.signal}: {event.reason}"
+    if isinstance(event, IncidentEvent):
+        return False, f"incident {event.incident_id} {event.state.value}: {event.summary}"
+    v = event.verdict
+    if event.phase is VerdictPhase.ONCE:
+        line = f"guard {v.detector} {v.action.value}s {v.subject}: {v.summary}"
+        return v.action is Action.DEMOTE, line
+    if event.phase is VerdictPhase.RAISED:
+        return True, f"guard {v.detector} on {v.subject}: {v.summary}"
+    return False, f"guard {v.detector} on {v.subject}: {v.summary}"

@@ -29,7 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit.engine import error_line
 from slaguard.guard import rollout_compare
-from slaguard.guard.events import BreakerEvent, GuardEvent, VerdictEvent
+from slaguard.guard.events import BreakerEvent, GuardEvent, VerdictEvent, log_line
 from slaguard.guard.manual import ManualAction, ManualOutcome, ModeBusyError
 from slaguard.guard.modes import ModeState
 from slaguard.guard.runtime import GuardReplica
@@ -343,6 +343,9 @@ class ReplicaModes:
         """A trip is the breaker's, when it acts (switches the fleet, or opens or updates
         the incident): a raised trip verdict the breaker never acts on is not one."""
         for event in events:
+            said = log_line(event)
+            if said is not None:
+                log.log(logging.WARNING if said[0] else logging.INFO, "%s", said[1])
             if isinstance(event, BreakerEvent) and event.signal == "trip":
                 self.metrics.count_trip(_tripped_by(event))
             elif isinstance(event, VerdictEvent) and event.verdict.action is Action.DEMOTE:
