@@ -157,6 +157,7 @@ def test_an_open_incident_runs_until_now(audit_engine: Engine, tmp_path: Path) -
     now = UNTIL
     tl = service.incident_timeline(audit_engine, iid, now=now, before=timedelta(minutes=10))
     assert tl.phases["during"] == (datetime.fromtimestamp(opened, UTC), now)
+    assert tl.phases["after"] == (now, now), "no future half hour"
     assert set(tl.per_target["phase"]) == {"before", "during"}
     start, end = tl.window
     assert tl.mode_changes["at"].between(start, end).all()  # switches in the window, any cause

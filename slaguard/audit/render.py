@@ -194,6 +194,9 @@ def emit_timeline(tl: IncidentTimeline, fmt: OutputFormat, output: Path | None) 
     console = _console()
     console.print(_pairs_table(f"incident {tl.incident.id}", header))
     phases = {k: f"{_shown(a)} .. {_shown(b)}" for k, (a, b) in tl.phases.items()}
+    if rec.resolved_at_s is None:
+        phases["during"] += " (now: still open)"
+        phases["after"] = "none yet: the incident is open"
     console.print(_pairs_table("phases", phases))
     console.print(frame_table(tl.mode_changes, "mode changes"))
     console.print(frame_table(tl.per_target, "per target, before / during / after"))

@@ -287,10 +287,12 @@ def incident_timeline(
     rec = stored.record
     opened = datetime.fromtimestamp(rec.opened_at_s, UTC)
     resolved = now if rec.resolved_at_s is None else datetime.fromtimestamp(rec.resolved_at_s, UTC)
+    # an open incident lasts until now and has no "after" yet (it was 30 minutes of future)
+    later = resolved if rec.resolved_at_s is None else resolved + after
     phases = {
         "before": (opened - before, opened),
         "during": (opened, resolved),
-        "after": (resolved, resolved + after),
+        "after": (resolved, later),
     }
     start, end = phases["before"][0], phases["after"][1]
     phase = case(
