@@ -251,6 +251,18 @@ def test_simulate_guarded_fills_the_reports_guard_section(tmp_path: Path) -> Non
     assert report["sla"]["by_arm"]["learned"]["requests"] > 0
 
 
+def test_a_trip_during_the_baseline_says_it_switched_nothing(tmp_path: Path) -> None:
+    """The timeline showed a bare "trip" and then a baseline that lasted long past its
+    time, with nothing linking the two."""
+    trace, faults = tmp_path / "t.csv", tmp_path / "hot.yaml"
+    _write_azure_csv(trace, 2400)
+    faults.write_text(HOT.replace("150", "80"))
+    args = ["simulate", "--trace", str(trace), "--faults", str(faults), "--policy", "guarded"]
+    result = runner.invoke(app, [*args, "--baseline-s", "500", "--stage-s", "10"])
+    assert result.exit_code == 0, result.output
+    assert "(no switch: already" in result.stdout  # wrapped at 80 columns
+
+
 def test_report_built_from_a_guarded_run_fits_the_schema(
     jitter_run: GuardedRun, fleet: Fleet
 ) -> None:

@@ -176,7 +176,10 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
         for col in ("at s", "event", "detail"):
             tl.add_column(col)
         for trip in g["trips"]:
-            tl.add_row(f"{trip['at_s']:.1f}", f"trip {trip['detector']}", _plain(trip["subject"]))
+            subject = _plain(trip["subject"])
+            if not trip.get("switched", True):  # the baseline: the breaker holds the plan
+                subject += " (no switch: already round-robin)"
+            tl.add_row(f"{trip['at_s']:.1f}", f"trip {trip['detector']}", subject)
         for m in g["mode_timeline"][1:]:
             tl.add_row(f"{m['at_s']:.1f}", f"mode -> {m['mode']}", _plain(m["reason"]))
         console.print(tl)
