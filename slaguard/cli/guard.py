@@ -204,7 +204,7 @@ def status(
         f"why:          {st.reason}{kind}",
         f"who:          {st.actor} (version {st.version})",
         f"plan:         {plan}",
-        f"switches:     {st.switches_within_hour(now_s)} policy switches in the last hour",
+        f"switches:     {_switches(st.switches_within_hour(now_s))} in the last hour",
         f"guard leader: {leader}",
         f"incidents:    {len(incidents)} open",
     ]
@@ -267,6 +267,12 @@ def incidents(
         emit_frame(frame, fmt, output, "open incidents" if open_only else "incidents")
 
 
+def _switches(n: int) -> str:
+    """Between the round-robin and learned families, which the cap counts; `history`
+    also lists the rollout's stage steps."""
+    return f"{n} policy switch{'' if n == 1 else 'es'} (learned <-> round-robin)"
+
+
 def _plan_line(kind: ModeKind, auto_advance: bool, entered_by: TransitionKind | None) -> str:
     """What moves the fleet from here (a hold said "or the breaker", which never leaves
     one; an automatic return follows only a trip)."""
@@ -275,7 +281,7 @@ def _plan_line(kind: ModeKind, auto_advance: bool, entered_by: TransitionKind | 
     if kind is ModeKind.HELD_ROUND_ROBIN:
         return "held: nothing automatic leaves it; `slaguard resume` does"
     if kind is ModeKind.ROUND_ROBIN and entered_by is TransitionKind.TRIP:
-        return "stays until `slaguard resume` (or an automatic return, if enabled)"
+        return "stays until `slaguard resume` (or an automatic return: breaker.auto_return)"
     if kind is ModeKind.ROUND_ROBIN:
         return "stays until `slaguard resume`"
     return "stays until the breaker trips or a human moves it"
