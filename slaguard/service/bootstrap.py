@@ -101,7 +101,7 @@ def _last_learned_weights(engine: Engine, now_s: float) -> Weights | None:
         log.warning("learned weights not restored: %s", error_line(exc))
         return None
     weights = None if found is None else stored_weights(found.version, found.weights)
-    if weights is not None:
+    if weights is not None and generation_of(weights.version) > 0:
         log.info("learned weights restored: version %s", weights.version)
     return weights
 
@@ -132,17 +132,17 @@ def build_service(
     engine = create_audit_engine(url, statement_timeout_s=SERVICE_STATEMENT_TIMEOUT_S)
     now = clock()
     schema_current = _schema_problem(engine) is None
-    sched_cfg = SchedulerConfig(router=RouterConfig(stale_after_s=config.telemetry.stale_after_s))
-    start = _last_learned_weights(engine, now) if schema_current else None
-    scheduler = Scheduler(fleet, sched_cfg, now_s=now, weights=start)
     metrics = SlaguardMetrics(registry or CollectorRegistry(), targets=fleet_target_labels(fleet))
-    writer = AuditWriter(
+    writer = AuditWriter(  # first: a spill journal in use is a one-line refusal, said alone
         engine,
         config.spill_dir or default_spill_dir(engine.url),
         on_rows_written=metrics.count_audit_rows,
         on_write_error=lambda _detail: metrics.count_audit_write_error(),
         on_records_lost=metrics.count_audit_unreadable,
     )
+    sched_cfg = SchedulerConfig(router=RouterConfig(stale_after_s=config.telemetry.stale_after_s))
+    start = _last_learned_weights(engine, now) if schema_current else None
+    scheduler = Scheduler(fleet, sched_cfg, now_s=now, weights=start)
     r = config.rollout
     name = replica_id or default_replica_id()
     replica = GuardReplica(
