@@ -14,7 +14,7 @@ from helpers import usual_umask
 from typer.testing import CliRunner
 
 from slaguard.cli.main import app
-from slaguard.emulator.demo import WORKDIR_MARK, prepare_workdir
+from slaguard.emulator.workdir import WORKDIR_MARK, prepare_workdir
 
 
 def test_a_directory_someone_keeps_things_in_is_refused_and_kept(tmp_path: Path) -> None:

@@ -16,7 +16,8 @@ from rich.markup import escape
 
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
-from slaguard.emulator.demo import DEFAULT_WORKDIR, run_demo
+from slaguard.emulator.demo import run_demo
+from slaguard.emulator.workdir import DEFAULT_WORKDIR
 from slaguard.fleet import Fleet, Priority, Request
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.explain import Decision

@@ -19,16 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import secrets
-import shutil
-import stat
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -41,6 +35,8 @@ from sqlalchemy import select
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.models import Incident
 from slaguard.emulator.loadgen import HotWindow, LoadGenerator
+from slaguard.emulator.stack import Stack, wait_ok
+from slaguard.emulator.workdir import prepare_workdir
 from slaguard.notify.messaging import from_mrkdwn
 from slaguard.plaintext import visible
 from slaguard.service.local import free_port
@@ -79,51 +75,6 @@ class DemoPlan:
     """After the last request is sent, how long its answers in flight may take."""
 
 
-@dataclass
-class Stack:
-    """The processes of one demo run."""
-
-    workdir: Path
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    emulators: dict[str, str] = field(default_factory=dict)
-    service_url: str = ""
-
-    def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        log = (self.workdir / f"{name}.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "slaguard", *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
-        self.procs.append(proc)
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        deadline = time.monotonic() + 15
-        for proc in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-
-
-def _wait_ok(url: str, timeout_s: float, stack: Stack) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(p.poll() is not None for p in stack.procs):
-            raise RuntimeError(f"a process exited during start; see the logs in {stack.workdir}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f}s; see {stack.workdir}")
-
-
 @contextlib.contextmanager
 def running_stack(workdir: Path, plan: DemoPlan, console: Console) -> Iterator[Stack]:
     """Start the emulators and the service; stop them all on the way out."""
@@ -153,7 +104,7 @@ def running_stack(workdir: Path, plan: DemoPlan, console: Console) -> Iterator[S
         }
         (workdir / "serve.yaml").write_text(yaml.safe_dump(serve_cfg, sort_keys=False))
         for url in stack.emulators.values():
-            _wait_ok(f"{url}/health", 30, stack)
+            wait_ok(f"{url}/health", 30, stack)
         token = secrets.token_hex(16)
         stack.spawn(
             "serve",
@@ -161,7 +112,7 @@ def running_stack(workdir: Path, plan: DemoPlan, console: Console) -> Iterator[S
             {"SLAGUARD_ADMIN_TOKEN": token},
         )
         stack.service_url = f"http://127.0.0.1:{port}"
-        _wait_ok(f"{stack.service_url}/readyz", 30, stack)
+        wait_ok(f"{stack.service_url}/readyz", 30, stack)
         console.print(
             f"started {len(CARDS)} emulated backends ({', '.join(CARDS)}) and slaguard serve "
             f"on {stack.service_url}"
@@ -298,57 +249,6 @@ def _report(stack: Stack, every: dict[str, list[float]], console: Console) -> No
         f"  metrics        : {stack.workdir / 'metrics.txt'} (the last /metrics scrape)",
         highlight=False,
     )
-
-
-WORKDIR_MARK = ".slaguard-demo"
-"""Left in the demo's work directory: the only kind of non-empty directory it empties."""
-DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "slaguard-demo"
-"""The demo's own place, emptied whatever is in it (earlier demos left no mark)."""
-
-
-def prepare_workdir(workdir: Path) -> None:
-    """Empty a work directory an earlier demo made, or create it (0700); refuse
-    (RuntimeError) any other non-empty directory rather than delete what someone keeps
-    there, and a directory someone else could write to."""
-    _refuse_foreign(workdir)
-    if workdir.is_dir() and any(workdir.iterdir()):
-        if not (workdir / WORKDIR_MARK).is_file() and workdir != DEFAULT_WORKDIR:
-            raise RuntimeError(
-                f"--workdir: {workdir} is not empty and was not made by the demo; fix: pass "
-                "a new or empty directory (the demo empties its work directory first)"
-            )
-        shutil.rmtree(workdir)
-    workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _refuse_foreign(workdir)  # made by someone else between the check and the mkdir
-    (workdir / WORKDIR_MARK).write_text("made by `slaguard demo`; emptied by the next run\n")
-
-
-def _refuse_foreign(workdir: Path) -> None:
-    """The default work directory has a predictable name in the shared temp directory:
-    another local user could make it first, writable, and swap the `serve.yaml` the
-    demo's `serve` reads (the demo often runs as root). Only a directory of our own that
-    no one else can write to is used; a symbolic link is not followed."""
-    try:
-        st = workdir.lstat()
-    except FileNotFoundError:
-        return
-    if stat.S_ISLNK(st.st_mode):
-        raise RuntimeError(
-            f"--workdir: {workdir} is a symbolic link; fix: pass the directory it points to"
-        )
-    if not stat.S_ISDIR(st.st_mode):
-        raise RuntimeError(f"--workdir: {workdir} is a file; fix: pass a directory")
-    if st.st_uid != os.geteuid():
-        raise RuntimeError(
-            f"--workdir: {workdir} belongs to another user (uid {st.st_uid}); fix: remove "
-            "it or pass a directory of your own"
-        )
-    if st.st_mode & 0o022:
-        raise RuntimeError(
-            f"--workdir: {workdir} is writable by group or others (mode "
-            f"{stat.S_IMODE(st.st_mode):04o}); fix: `chmod go-w {workdir}` or pass another "
-            "directory"
-        )
 
 
 def run_demo(workdir: Path, plan: DemoPlan | None = None, console: Console | None = None) -> None:
