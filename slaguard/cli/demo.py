@@ -17,6 +17,7 @@ from rich.markup import escape
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.emulator.demo import run_demo
+from slaguard.emulator.stack import Interrupted
 from slaguard.emulator.workdir import DEFAULT_WORKDIR
 from slaguard.fleet import Fleet, Priority, Request
 from slaguard.scheduler.core import Scheduler
@@ -77,8 +78,8 @@ def demo(
     if not routing_only:
         try:
             run_demo(workdir)
-        except KeyboardInterrupt:
-            fail("interrupted; every process the demo started was stopped", code=130)
+        except Interrupted as exc:  # the stop above said what it stopped
+            fail(f"interrupted by {exc}", code=128 + exc.signo)
         except RuntimeError as exc:
             fail(str(exc))
         return

@@ -4,9 +4,9 @@ Five emulated replicas of different card types, the service in gateway mode with
 rollout plan, the Azure conversation trace replayed 3x faster, an L40S slowed down 6x
 once the fleet is on the learned policy, then a hot prompt. Every 5 s a line shows the
 rate, the fleet mode, demotions and the per-target TTFT; at the end it says where to
-look. Every process it starts is stopped, on success, failure or Ctrl-C: the load
-generator first (its requests in flight may finish, for a bounded time), then the
-service and the backends.
+look. Every process it starts is stopped, on success, failure, Ctrl-C, SIGTERM or SIGHUP:
+the load generator first (at the end its requests in flight may finish, for a bounded
+time), then the service and the backends.
 
 The guard runs with `DEMO_GUARD`, its time scales shrunk to the demo's two minutes. With
 the defaults nothing could be demoted here: a target's TTFT change score needs a
@@ -35,7 +35,7 @@ from sqlalchemy import select
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.models import Incident
 from slaguard.emulator.loadgen import HotWindow, LoadGenerator
-from slaguard.emulator.stack import Stack, wait_ok
+from slaguard.emulator.stack import Stack, StopSignals, wait_ok
 from slaguard.emulator.workdir import prepare_workdir
 from slaguard.notify.messaging import from_mrkdwn
 from slaguard.plaintext import visible
@@ -76,9 +76,12 @@ class DemoPlan:
 
 
 @contextlib.contextmanager
-def running_stack(workdir: Path, plan: DemoPlan, console: Console) -> Iterator[Stack]:
-    """Start the emulators and the service; stop them all on the way out."""
-    stack = Stack(workdir)
+def running_stack(
+    workdir: Path, plan: DemoPlan, console: Console, signals: StopSignals
+) -> Iterator[Stack]:
+    """Start the emulators and the service; stop them all on the way out, and say what
+    was seen stopped."""
+    stack = Stack(workdir, signals)
     try:
         for card in CARDS:
             port = free_port()
@@ -119,8 +122,20 @@ def running_stack(workdir: Path, plan: DemoPlan, console: Console) -> Iterator[S
         )
         yield stack
     finally:
-        stack.stop()
-        console.print(f"stopped {len(stack.procs)} processes")
+        left = stack.stop()
+        if left:
+            groups = " ".join(f"-{g}" for g in left.values())
+            console.print(
+                f"[bold red]could not stop[/] {', '.join(left)} (process groups {groups}); "
+                f"fix: kill -KILL -- {groups}",
+                highlight=False,
+            )
+        else:
+            console.print(
+                f"stopped the {len(stack.procs)} processes the demo started and the ones they "
+                "started",
+                highlight=False,
+            )
 
 
 def _p(values: list[float], q: float) -> str:
@@ -251,24 +266,31 @@ def _report(stack: Stack, every: dict[str, list[float]], console: Console) -> No
     )
 
 
+def _run(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, list[float]]:
+    console.print(
+        f"replaying the Azure conversation trace {plan.trace_speedup:.0f}x for "
+        f"{plan.duration_s:.0f}s; rollout: round-robin {plan.baseline_s:.0f}s, then 10/50/"
+        f"100 % learned every {plan.stage_s:.0f}s"
+    )
+    z = DEMO_GUARD["ttft_zscore"]
+    console.print(
+        f"guard on the demo's time scale: TTFT p99 over {z['window_s']:.0f}s (default 300), "
+        f"demotion after {z['demote_after_s']:.0f}s anomalous (default 30)",
+        highlight=False,
+    )
+    every = asyncio.run(_drive(stack, plan, console))
+    metrics = httpx.get(f"{stack.service_url}/metrics", timeout=5).text
+    (stack.workdir / "metrics.txt").write_text(metrics)
+    return every
+
+
 def run_demo(workdir: Path, plan: DemoPlan | None = None, console: Console | None = None) -> None:
-    """The whole demo; `workdir` is emptied first and keeps the DB, config and logs."""
+    """The whole demo; `workdir` is emptied first and keeps the DB, config and logs.
+    Ctrl-C, SIGTERM and SIGHUP stop it all and raise `Interrupted`."""
     plan = plan or DemoPlan()
     console = console or Console()
-    prepare_workdir(workdir)
-    with running_stack(workdir, plan, console) as stack:
-        console.print(
-            f"replaying the Azure conversation trace {plan.trace_speedup:.0f}x for "
-            f"{plan.duration_s:.0f}s; rollout: round-robin {plan.baseline_s:.0f}s, then 10/50/"
-            f"100 % learned every {plan.stage_s:.0f}s"
-        )
-        z = DEMO_GUARD["ttft_zscore"]
-        console.print(
-            f"guard on the demo's time scale: TTFT p99 over {z['window_s']:.0f}s (default 300), "
-            f"demotion after {z['demote_after_s']:.0f}s anomalous (default 30)",
-            highlight=False,
-        )
-        every = asyncio.run(_drive(stack, plan, console))
-        metrics = httpx.get(f"{stack.service_url}/metrics", timeout=5).text
-        (workdir / "metrics.txt").write_text(metrics)
-    _report(stack, every, console)
+    with StopSignals().installed() as signals:
+        prepare_workdir(workdir)
+        with running_stack(workdir, plan, console, signals) as stack:
+            every = _run(stack, plan, console)
+        _report(stack, every, console)

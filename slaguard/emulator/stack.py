@@ -1,56 +1,154 @@
 """The demo's processes: started as `slaguard` subcommands, each logging to a file in the
-work directory, and stopped together."""
+work directory, and stopped together.
+
+Each runs in a session of its own, so the terminal's Ctrl-C and hangup reach the demo
+alone, which stops them in order (load first). That makes the demo's own signals the only
+way they are stopped: SIGINT, SIGTERM and SIGHUP all take the same way out
+(`StopSignals`), and a stop is only reported done once it was seen done.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 import httpx
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+GRACE_S = 15.0
+"""How long the processes have to exit after SIGTERM (serve drains its audit writer)."""
+KILL_WAIT_S = 5.0
+"""How long SIGKILLed processes have to disappear before they are reported as left."""
+POLL_S = 0.05
+
+
+class Interrupted(KeyboardInterrupt):
+    """The demo was stopped by `signo`; a KeyboardInterrupt, so that asyncio and every
+    `finally` treat SIGTERM and SIGHUP exactly like Ctrl-C."""
+
+    def __init__(self, signo: int) -> None:
+        super().__init__(signal.Signals(signo).name)
+        self.signo = signo
+
+
+class StopSignals:
+    """While installed, the first of `STOP_SIGNALS` raises `Interrupted` wherever the demo
+    is. A later one, or one while a `Stack` stops, only sets `hurry`: it used to raise
+    inside the stop itself and leave the processes running."""
+
+    def __init__(self) -> None:
+        self.raised = False
+        self.stopping = False
+        self.hurry = False
+
+    def _on_signal(self, signo: int, _frame: FrameType | None) -> None:
+        if self.raised or self.stopping:
+            self.hurry = True
+            return
+        self.raised = True
+        raise Interrupted(signo)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[StopSignals]:
+        """Take the stop signals over, except one ignored at start (`nohup` ignores SIGHUP:
+        that demo is meant to outlive its terminal)."""
+        old = {
+            s: signal.signal(s, self._on_signal)
+            for s in STOP_SIGNALS
+            if signal.getsignal(s) is not signal.SIG_IGN
+        }
+        try:
+            yield self
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
 
 
 @dataclass
 class Stack:
-    """The processes of one demo run."""
+    """The processes of one demo run, by name."""
 
     workdir: Path
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    signals: StopSignals = field(default_factory=StopSignals)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     emulators: dict[str, str] = field(default_factory=dict)
     service_url: str = ""
 
     def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        log = (self.workdir / f"{name}.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "slaguard", *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
-        self.procs.append(proc)
+        with (self.workdir / f"{name}.log").open("wb") as log:
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "slaguard", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+            )
 
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        deadline = time.monotonic() + 15
-        for proc in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    def stop(self) -> dict[str, int]:
+        """SIGTERM to each process, up to `GRACE_S` for them and what they started (serve's
+        audit writer) to exit, then SIGKILL to each process group left: at once on a
+        further signal. Returns the ones still running after that (name -> process group);
+        empty only once every group was seen empty."""
+        self.signals.stopping = True
+        try:
+            for proc in self.procs.values():
+                if proc.poll() is None:
+                    proc.terminate()
+            for pgid in self._wait(GRACE_S, may_hurry=True).values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGKILL)
+            return self._wait(KILL_WAIT_S, may_hurry=False)
+        finally:
+            self.signals.stopping = False
+
+    def _running(self) -> dict[str, int]:
+        # a leader not yet reaped holds its group id, and so do live members: never reused
+        return {
+            name: proc.pid
+            for name, proc in self.procs.items()
+            if proc.poll() is None or group_running(proc.pid)
+        }
+
+    def _wait(self, timeout_s: float, *, may_hurry: bool) -> dict[str, int]:
+        deadline = time.monotonic() + timeout_s
+        while (left := self._running()) and time.monotonic() < deadline:
+            if may_hurry and self.signals.hurry:
+                break
+            time.sleep(POLL_S)
+        return left
+
+
+def group_running(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs. kill() finds zombies too, and an
+    orphan's zombie can stay for good where init does not reap (some containers): on
+    Linux /proc tells them apart."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for stat_file in proc.glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            state, _ppid, group = stat_file.read_text().rsplit(")", 1)[1].split()[:3]
+            if state != "Z" and int(group) == pgid:
+                return True
+    return False
 
 
 def wait_ok(url: str, timeout_s: float, stack: Stack) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if any(p.poll() is not None for p in stack.procs):
+        if any(p.poll() is not None for p in stack.procs.values()):
             raise RuntimeError(f"a process exited during start; see the logs in {stack.workdir}")
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(url, timeout=1).status_code == 200:

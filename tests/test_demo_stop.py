@@ -1,0 +1,150 @@
+"""Stopping the demo. Its processes run in sessions of their own, so the terminal's
+signals reach the demo alone: SIGTERM or SIGHUP used to end it at once and leave the
+five backends, `slaguard serve` and its audit writer running, ports open. A second Ctrl-C
+during the stop skipped the SIGKILL fallback while the CLI said every process stopped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import wait_for
+
+import slaguard
+from slaguard.emulator.stack import GRACE_S, Interrupted, Stack, StopSignals, group_running
+
+pytestmark = pytest.mark.slow  # real processes
+ROOT = str(Path(slaguard.__file__).resolve().parents[1])
+
+
+def _stat(pid: int) -> list[str] | None:
+    """State, ppid, pgrp, ... of a process, None once gone."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _running(pid: int) -> bool:
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"  # an orphan's zombie may never be reaped
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        fields = _stat(int(entry.name)) if entry.name.isdigit() else None
+        if fields is not None and fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.add(child)
+            todo.append(child)
+    return out
+
+
+def _all_started(demo: subprocess.Popen[str]) -> set[int] | None:
+    """5 backends, serve and serve's audit writer."""
+    assert demo.poll() is None, demo.communicate()
+    found = _descendants(demo.pid)
+    return found if len(found) >= 7 else None
+
+
+@pytest.fixture
+def leftovers() -> Iterator[set[int]]:
+    """Pids to SIGKILL after the test, so a failing one leaves nothing behind."""
+    pids: set[int] = set()
+    yield pids
+    for pid in pids:
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
+@pytest.mark.parametrize("signo", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_stop_every_process_the_demo_started(
+    signo: signal.Signals, tmp_path: Path, leftovers: set[int]
+) -> None:
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "slaguard", "demo", "--workdir", str(tmp_path / "wd")],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    leftovers.add(demo.pid)
+    started = wait_for("the demo's 7 processes", lambda: _all_started(demo), timeout_s=120)
+    leftovers.update(started)
+    demo.send_signal(signo)
+    out, err = demo.communicate(timeout=60)
+    assert demo.returncode == 128 + signo, (out, err)
+    assert "stopped the 6 processes the demo started" in out
+    assert err.startswith(f"error: interrupted by {signo.name}")
+    assert [pid for pid in started if _running(pid)] == []
+
+
+def _second_ctrl_c(marker: Path) -> None:
+    wait_for("SIGTERM to reach the child", marker.exists)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_second_ctrl_c_while_stopping_kills_at_once_and_the_stop_is_verified(
+    tmp_path: Path, leftovers: set[int]
+) -> None:
+    """A child that outlasts SIGTERM and has a child of its own (as serve has its audit
+    writer): the second Ctrl-C hurries the stop instead of aborting it."""
+    marker = tmp_path / "got-sigterm"
+    script = (
+        "import pathlib, signal, subprocess, time\n"
+        f"signal.signal(signal.SIGTERM, lambda *_: pathlib.Path({str(marker)!r}).touch())\n"
+        "print(subprocess.Popen(['sleep', '60']).pid, flush=True)\n"
+        "while True: time.sleep(1)\n"
+    )
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert stubborn.stdout is not None
+    grandchild = int(stubborn.stdout.readline())
+    leftovers.update({stubborn.pid, grandchild})
+    signals = StopSignals()
+    stack = Stack(tmp_path, signals, procs={"stubborn": stubborn})
+    hurry = threading.Thread(target=_second_ctrl_c, args=(marker,))
+    with signals.installed(), pytest.raises(Interrupted):
+        try:
+            signal.raise_signal(signal.SIGINT)  # the first Ctrl-C: the way out...
+        finally:
+            hurry.start()  # ...stops the stack, and a second Ctrl-C comes meanwhile
+            began = time.monotonic()
+            left = stack.stop()
+            hurry.join()
+    assert left == {}
+    assert time.monotonic() - began < GRACE_S / 3
+    assert stubborn.returncode == -signal.SIGKILL
+    assert not _running(grandchild)
+
+
+def test_an_unreaped_zombie_is_not_a_running_process() -> None:
+    """What kill() still finds after a SIGKILL where init does not reap orphans."""
+    child = subprocess.Popen(["true"], start_new_session=True)
+    wait_for("the child to exit", lambda: (_stat(child.pid) or ["Z"])[0] == "Z")
+    try:
+        os.killpg(child.pid, 0)  # still there for kill()
+        assert not group_running(child.pid)
+    finally:
+        child.wait()
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        assert group_running(sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
