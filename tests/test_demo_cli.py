@@ -14,7 +14,7 @@ from helpers import usual_umask
 from typer.testing import CliRunner
 
 from slaguard.cli.main import app
-from slaguard.emulator.workdir import WORKDIR_MARK, prepare_workdir
+from slaguard.emulator.workdir import LOCK_FILE, WORKDIR_MARK, claimed_workdir
 
 
 def test_a_directory_someone_keeps_things_in_is_refused_and_kept(tmp_path: Path) -> None:
@@ -27,16 +27,22 @@ def test_a_directory_someone_keeps_things_in_is_refused_and_kept(tmp_path: Path)
     assert (tmp_path / "notes.txt").read_text() == "keep me"
 
 
+def _claim(workdir: Path) -> None:
+    with claimed_workdir(workdir):
+        pass
+
+
 def test_the_demos_own_directory_is_emptied_and_a_new_one_made(tmp_path: Path) -> None:
     work = tmp_path / "demo"
-    prepare_workdir(work)
-    assert [p.name for p in work.iterdir()] == [WORKDIR_MARK]
+    _claim(work)
+    assert sorted(p.name for p in work.iterdir()) == [WORKDIR_MARK, LOCK_FILE]
     (work / "audit.db").write_text("an earlier run")
-    prepare_workdir(work)
-    assert [p.name for p in work.iterdir()] == [WORKDIR_MARK]
+    (work / "spill").mkdir()
+    _claim(work)
+    assert sorted(p.name for p in work.iterdir()) == [WORKDIR_MARK, LOCK_FILE]
     empty = tmp_path / "empty"
     empty.mkdir()
-    prepare_workdir(empty)
+    _claim(empty)
     assert (empty / WORKDIR_MARK).is_file()
 
 
@@ -44,7 +50,7 @@ def _refused(workdir: Path, problem: str) -> None:
     """Refused by the demo's preparation and, as one line, by the CLI; left as it was."""
     before = sorted(p.name for p in workdir.iterdir()) if workdir.is_dir() else None
     with pytest.raises(RuntimeError, match=re.escape(problem)):
-        prepare_workdir(workdir)
+        _claim(workdir)
     result = CliRunner().invoke(app, ["demo", "--workdir", str(workdir)])
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.startswith(f"error: --workdir: {workdir} {problem}")
@@ -80,7 +86,7 @@ def test_another_users_work_directory_is_refused(tmp_path: Path) -> None:
 
 def test_a_new_work_directory_is_the_users_only(tmp_path: Path) -> None:
     with usual_umask():
-        prepare_workdir(tmp_path / "new")
+        _claim(tmp_path / "new")
     assert (tmp_path / "new").stat().st_mode & 0o777 == 0o700
 
 

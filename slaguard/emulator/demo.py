@@ -36,7 +36,7 @@ from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.models import Incident
 from slaguard.emulator.loadgen import HotWindow, LoadGenerator
 from slaguard.emulator.stack import Stack, StopSignals, wait_ok
-from slaguard.emulator.workdir import prepare_workdir
+from slaguard.emulator.workdir import claimed_workdir
 from slaguard.notify.messaging import from_mrkdwn
 from slaguard.plaintext import visible
 from slaguard.service.local import free_port
@@ -289,8 +289,7 @@ def run_demo(workdir: Path, plan: DemoPlan | None = None, console: Console | Non
     Ctrl-C, SIGTERM and SIGHUP stop it all and raise `Interrupted`."""
     plan = plan or DemoPlan()
     console = console or Console()
-    with StopSignals().installed() as signals:
-        prepare_workdir(workdir)
+    with StopSignals().installed() as signals, claimed_workdir(workdir):
         with running_stack(workdir, plan, console, signals) as stack:
             every = _run(stack, plan, console)
         _report(stack, every, console)

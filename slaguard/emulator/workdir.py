@@ -2,33 +2,70 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 WORKDIR_MARK = ".slaguard-demo"
 """Left in the demo's work directory: the only kind of non-empty directory it empties."""
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "slaguard-demo"
 """The demo's own place, emptied whatever is in it (earlier demos left no mark)."""
+LOCK_FILE = ".slaguard-demo.lock"
+"""Locked (flock) by the demo using the directory, for its whole run; holds its pid."""
 
 
-def prepare_workdir(workdir: Path) -> None:
-    """Empty a work directory an earlier demo made, or create it (0700); refuse
-    (RuntimeError) any other non-empty directory rather than delete what someone keeps
-    there, and a directory someone else could write to."""
+@contextlib.contextmanager
+def claimed_workdir(workdir: Path) -> Iterator[None]:
+    """The work directory for one run, held until the end: created (0700), or emptied when
+    an earlier demo made it. Refused (RuntimeError) while another demo uses it (two demos
+    in one directory emptied each other's), any other non-empty directory rather than
+    delete what someone keeps there, and a directory someone else could write to."""
     _refuse_foreign(workdir)
-    if workdir.is_dir() and any(workdir.iterdir()):
-        if not (workdir / WORKDIR_MARK).is_file() and workdir != DEFAULT_WORKDIR:
-            raise RuntimeError(
-                f"--workdir: {workdir} is not empty and was not made by the demo; fix: pass "
-                "a new or empty directory (the demo empties its work directory first)"
-            )
-        shutil.rmtree(workdir)
+    ours = (workdir / WORKDIR_MARK).is_file() or workdir == DEFAULT_WORKDIR
+    if not ours and workdir.is_dir() and any(workdir.iterdir()):
+        raise RuntimeError(
+            f"--workdir: {workdir} is not empty and was not made by the demo; fix: pass "
+            "a new or empty directory (the demo empties its work directory first)"
+        )
     workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     _refuse_foreign(workdir)  # made by someone else between the check and the mkdir
-    (workdir / WORKDIR_MARK).write_text("made by `slaguard demo`; emptied by the next run\n")
+    lock = _lock(workdir)
+    try:
+        for entry in workdir.iterdir():
+            if entry.name == LOCK_FILE:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        (workdir / WORKDIR_MARK).write_text("made by `slaguard demo`; emptied by the next run\n")
+        yield
+    finally:
+        os.close(lock)
+
+
+def _lock(workdir: Path) -> int:
+    """An exclusive lock on the work directory's lock file, with our pid in it for the
+    next demo's refusal. The file is never deleted: a demo that deleted it could lock a
+    new file while another still held the old one."""
+    fd = os.open(workdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip()
+        os.close(fd)
+        pid = f" (pid {holder})" if holder.isdigit() else ""  # empty: it is writing its pid
+        raise RuntimeError(
+            f"another demo{pid} is using {workdir}; fix: wait for it or pass --workdir DIR"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
 
 
 def _refuse_foreign(workdir: Path) -> None:

@@ -1,7 +1,9 @@
-"""Stopping the demo. Its processes run in sessions of their own, so the terminal's
-signals reach the demo alone: SIGTERM or SIGHUP used to end it at once and leave the
-five backends, `slaguard serve` and its audit writer running, ports open. A second Ctrl-C
-during the stop skipped the SIGKILL fallback while the CLI said every process stopped."""
+"""The demo's processes. They run in sessions of their own, so the terminal's signals
+reach the demo alone: SIGTERM or SIGHUP used to end it at once and leave the five
+backends, `slaguard serve` and its audit writer running, ports open. A second Ctrl-C
+during the stop skipped the SIGKILL fallback while the CLI said every process stopped.
+Two demos in one work directory emptied each other's, and both exited 0.
+"""
 
 from __future__ import annotations
 
@@ -52,6 +54,20 @@ def _descendants(pid: int) -> set[int]:
     return out
 
 
+def _demo(workdir: Path, leftovers: set[int]) -> subprocess.Popen[str]:
+    """`slaguard demo` of this checkout, in a process of its own."""
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "slaguard", "demo", "--workdir", str(workdir)],
+        cwd=workdir.parent,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    leftovers.add(demo.pid)
+    return demo
+
+
 def _all_started(demo: subprocess.Popen[str]) -> set[int] | None:
     """5 backends, serve and serve's audit writer."""
     assert demo.poll() is None, demo.communicate()
@@ -74,15 +90,7 @@ def leftovers() -> Iterator[set[int]]:
 def test_sigterm_and_sighup_stop_every_process_the_demo_started(
     signo: signal.Signals, tmp_path: Path, leftovers: set[int]
 ) -> None:
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "slaguard", "demo", "--workdir", str(tmp_path / "wd")],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": ROOT},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    leftovers.add(demo.pid)
+    demo = _demo(tmp_path / "wd", leftovers)
     started = wait_for("the demo's 7 processes", lambda: _all_started(demo), timeout_s=120)
     leftovers.update(started)
     demo.send_signal(signo)
@@ -91,6 +99,31 @@ def test_sigterm_and_sighup_stop_every_process_the_demo_started(
     assert "stopped the 6 processes the demo started" in out
     assert err.startswith(f"error: interrupted by {signo.name}")
     assert [pid for pid in started if _running(pid)] == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
+def test_a_second_demo_in_the_same_work_directory_is_refused_and_the_first_runs_on(
+    tmp_path: Path, leftovers: set[int]
+) -> None:
+    work = tmp_path / "wd"
+    first = _demo(work, leftovers)
+    leftovers.update(wait_for("the first demo", lambda: _all_started(first), timeout_s=120))
+    db = work / "audit.db"
+    wait_for("its audit DB", db.exists)
+    inode = db.stat().st_ino
+    second = _demo(work, leftovers)
+    try:
+        answer = second.communicate(timeout=60)
+    finally:
+        leftovers.update(_descendants(second.pid))
+    assert (second.returncode, answer) == (
+        2,
+        ("", f"error: another demo (pid {first.pid}) is using {work}; fix: wait for it or "
+         "pass --workdir DIR\n"),
+    )  # fmt: skip
+    assert first.poll() is None and db.stat().st_ino == inode
+    first.terminate()
+    assert first.wait(timeout=60) == 128 + signal.SIGTERM
 
 
 def _second_ctrl_c(marker: Path) -> None:
