@@ -27,22 +27,27 @@ def test_a_directory_someone_keeps_things_in_is_refused_and_kept(tmp_path: Path)
     assert (tmp_path / "notes.txt").read_text() == "keep me"
 
 
-def _claim(workdir: Path) -> None:
-    with claimed_workdir(workdir):
+def _claim(workdir: Path) -> list[str]:
+    """What claiming `workdir` for a run said."""
+    said: list[str] = []
+    with claimed_workdir(workdir, said.append):
         pass
+    return said
 
 
 def test_the_demos_own_directory_is_emptied_and_a_new_one_made(tmp_path: Path) -> None:
+    """An earlier run's audit DB and incidents went without a word."""
     work = tmp_path / "demo"
-    _claim(work)
+    assert _claim(work) == []
     assert sorted(p.name for p in work.iterdir()) == [WORKDIR_MARK, LOCK_FILE]
+    assert _claim(work) == []  # nothing of a run in it
     (work / "audit.db").write_text("an earlier run")
     (work / "spill").mkdir()
-    _claim(work)
+    assert _claim(work) == [f"removing the previous demo run in {work}"]
     assert sorted(p.name for p in work.iterdir()) == [WORKDIR_MARK, LOCK_FILE]
     empty = tmp_path / "empty"
     empty.mkdir()
-    _claim(empty)
+    assert _claim(empty) == []
     assert (empty / WORKDIR_MARK).is_file()
 
 

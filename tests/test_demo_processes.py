@@ -97,7 +97,8 @@ def test_sigterm_and_sighup_stop_every_process_the_demo_started(
     out, err = demo.communicate(timeout=60)
     assert demo.returncode == 128 + signo, (out, err)
     assert "stopped the 6 processes the demo started" in out
-    assert err.startswith(f"error: interrupted by {signo.name}")
+    db = tmp_path / "wd" / "audit.db"
+    assert err == f"error: interrupted by {signo.name}; a partial audit DB is left in {db}\n"
     assert [pid for pid in started if _running(pid)] == []
 
 

@@ -79,7 +79,9 @@ def demo(
         try:
             run_demo(workdir)
         except Interrupted as exc:  # the stop above said what it stopped
-            fail(f"interrupted by {exc}", code=128 + exc.signo)
+            db = workdir / "audit.db"
+            left = f"; a partial audit DB is left in {db}" if db.exists() else ""
+            fail(f"interrupted by {exc}{left}", code=128 + exc.signo)
         except RuntimeError as exc:
             fail(str(exc))
         return

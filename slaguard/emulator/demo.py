@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import secrets
 import time
@@ -289,7 +290,8 @@ def run_demo(workdir: Path, plan: DemoPlan | None = None, console: Console | Non
     Ctrl-C, SIGTERM and SIGHUP stop it all and raise `Interrupted`."""
     plan = plan or DemoPlan()
     console = console or Console()
-    with StopSignals().installed() as signals, claimed_workdir(workdir):
+    say = functools.partial(console.print, highlight=False)
+    with StopSignals().installed() as signals, claimed_workdir(workdir, say):
         with running_stack(workdir, plan, console, signals) as stack:
             every = _run(stack, plan, console)
         _report(stack, every, console)

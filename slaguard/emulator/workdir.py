@@ -8,7 +8,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 WORKDIR_MARK = ".slaguard-demo"
@@ -20,11 +20,12 @@ LOCK_FILE = ".slaguard-demo.lock"
 
 
 @contextlib.contextmanager
-def claimed_workdir(workdir: Path) -> Iterator[None]:
-    """The work directory for one run, held until the end: created (0700), or emptied when
-    an earlier demo made it. Refused (RuntimeError) while another demo uses it (two demos
-    in one directory emptied each other's), any other non-empty directory rather than
-    delete what someone keeps there, and a directory someone else could write to."""
+def claimed_workdir(workdir: Path, say: Callable[[str], None]) -> Iterator[None]:
+    """The work directory for one run, held until the end: created (0700), or emptied
+    when an earlier demo made it, saying so (an earlier run's audit DB went silently).
+    Refused (RuntimeError) while another demo uses it (two demos in one directory emptied
+    each other's), any other non-empty directory rather than delete what someone keeps
+    there, and a directory someone else could write to."""
     _refuse_foreign(workdir)
     ours = (workdir / WORKDIR_MARK).is_file() or workdir == DEFAULT_WORKDIR
     if not ours and workdir.is_dir() and any(workdir.iterdir()):
@@ -36,9 +37,10 @@ def claimed_workdir(workdir: Path) -> Iterator[None]:
     _refuse_foreign(workdir)  # made by someone else between the check and the mkdir
     lock = _lock(workdir)
     try:
-        for entry in workdir.iterdir():
-            if entry.name == LOCK_FILE:
-                continue
+        previous = [e for e in workdir.iterdir() if e.name not in (LOCK_FILE, WORKDIR_MARK)]
+        if previous:
+            say(f"removing the previous demo run in {workdir}")
+        for entry in previous:
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
             else:
