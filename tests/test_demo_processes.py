@@ -2,12 +2,15 @@
 reach the demo alone: SIGTERM or SIGHUP used to end it at once and leave the five
 backends, `slaguard serve` and its audit writer running, ports open. A second Ctrl-C
 during the stop skipped the SIGKILL fallback while the CLI said every process stopped.
-Two demos in one work directory emptied each other's, and both exited 0.
+Two demos in one work directory emptied each other's, and both exited 0. The start
+printed nothing for its first ~10 s.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,8 +21,10 @@ from pathlib import Path
 
 import pytest
 from helpers import wait_for
+from rich.console import Console
 
 import slaguard
+from slaguard.emulator.demo import CARDS, DemoPlan, running_stack
 from slaguard.emulator.stack import GRACE_S, Interrupted, Stack, StopSignals, group_running
 
 pytestmark = pytest.mark.slow  # real processes
@@ -182,3 +187,24 @@ def test_an_unreaped_zombie_is_not_a_running_process() -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_the_start_says_each_process_ready_as_it_comes(tmp_path: Path) -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    with running_stack(tmp_path, DemoPlan(), console, StopSignals()) as stack:
+        lines = out.getvalue().splitlines()
+    assert lines[0] == (
+        f"starting 5 emulated backends ({', '.join(CARDS)}), then slaguard serve; logs in "
+        f"{tmp_path}"
+    )
+    ready = [re.fullmatch(r"  (.+) ready \((\d+\.\d)s\)", line) for line in lines[1:]]
+    assert [m and m[1] for m in ready] == [
+        *(f"backend {card}-8b on {stack.emulators[f'{card}-8b']}" for card in CARDS),
+        f"slaguard serve (gateway) on {stack.service_url}",
+    ]
+    seconds = [float(m[2]) for m in ready if m]
+    assert seconds == sorted(seconds)
+    assert out.getvalue().splitlines()[-1] == (
+        "stopped the 6 processes the demo started and the ones they started"
+    )

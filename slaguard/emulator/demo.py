@@ -83,7 +83,17 @@ def running_stack(
     """Start the emulators and the service; stop them all on the way out, and say what
     was seen stopped."""
     stack = Stack(workdir, signals)
+    began = time.monotonic()
+
+    def ready(what: str) -> None:  # the start takes ~10 s: say each step, not only the end
+        console.print(f"  {what} ready ({time.monotonic() - began:.1f}s)", highlight=False)
+
     try:
+        console.print(
+            f"starting {len(CARDS)} emulated backends ({', '.join(CARDS)}), then slaguard "
+            f"serve; logs in {workdir}",
+            highlight=False,
+        )
         for card in CARDS:
             port = free_port()
             stack.spawn(f"emulate-{card}", ["emulate", "--card", card, "--port", str(port)])
@@ -107,8 +117,9 @@ def running_stack(
             "guard": DEMO_GUARD,
         }
         (workdir / "serve.yaml").write_text(yaml.safe_dump(serve_cfg, sort_keys=False))
-        for url in stack.emulators.values():
+        for tid, url in stack.emulators.items():
             wait_ok(f"{url}/health", 30, stack)
+            ready(f"backend {tid} on {url}")
         token = secrets.token_hex(16)
         stack.spawn(
             "serve",
@@ -117,10 +128,7 @@ def running_stack(
         )
         stack.service_url = f"http://127.0.0.1:{port}"
         wait_ok(f"{stack.service_url}/readyz", 30, stack)
-        console.print(
-            f"started {len(CARDS)} emulated backends ({', '.join(CARDS)}) and slaguard serve "
-            f"on {stack.service_url}"
-        )
+        ready(f"slaguard serve (gateway) on {stack.service_url}")
         yield stack
     finally:
         left = stack.stop()
