@@ -21,6 +21,9 @@ import contextlib
 import functools
 import json
 import secrets
+import shlex
+import shutil
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,7 +36,7 @@ from rich.console import Console
 from rich.text import Text
 from sqlalchemy import select
 
-from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.engine import DB_ENV_VAR, create_audit_engine
 from slaguard.audit.models import Incident
 from slaguard.emulator.loadgen import HotWindow, LoadGenerator
 from slaguard.emulator.stack import Stack, StopSignals, wait_ok
@@ -254,25 +257,52 @@ def _report(stack: Stack, every: dict[str, list[float]], console: Console) -> No
     console.print(f"\n[bold]guard messages[/] ({len(messages)} written to {notes}):")
     for m in messages:  # as Slack shows it, and never read as Rich markup
         console.print(Text("  " + visible(from_mrkdwn(str(m["text"])))), highlight=False)
-    db, fleet = stack.workdir / "audit.db", stack.workdir / "fleet.yaml"
+    where_to_look(stack.workdir, console)
+
+
+def slaguard_command() -> list[str]:
+    """The command that runs this slaguard, to paste: `make demo` runs .venv/bin/slaguard,
+    which is not on PATH, and `python -m slaguard` has no script at all."""
+    script = Path(sys.argv[0])
+    if script.name != "slaguard":
+        return [sys.executable, "-m", "slaguard"]
+    found = shutil.which("slaguard")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return ["slaguard"]
+    return [str(script.absolute())]
+
+
+def where_to_look(workdir: Path, console: Console) -> None:
+    """The files, and the commands that read them, each on one line to paste (never wrapped
+    at the terminal's width)."""
+    db, fleet = workdir / "audit.db", workdir / "fleet.yaml"
+
+    def say(label: str, *args: str | Path, note: str = "") -> None:
+        text = shlex.join([*slaguard_command(), *map(str, args)])
+        console.print(f"  {label:<15}: {text}{note}", markup=False, highlight=False, soft_wrap=True)
+
     console.print("\n[bold]where to look[/]")
-    console.print(f"  audit database : {db}", highlight=False)
     console.print(
-        f"  decisions      : slaguard audit summary --db {db} --fleet {fleet} --since -1h",
-        highlight=False,
-    )
+        f"  audit database : {db}   (`export {DB_ENV_VAR}={shlex.quote(str(db))}` stands for "
+        "every --db below)",
+        markup=False, highlight=False, soft_wrap=True,
+    )  # fmt: skip
+    say("fleet mode", "status", "--db", db)
+    say("mode switches", "history", "--db", db)
+    say("incidents", "incidents", "--db", db)
+    say("decisions", "audit", "summary", "--db", db, "--fleet", fleet, "--since", "-1h")
     for incident_id, detector, subject in _incidents(db):
-        console.print(
-            f"  incident {incident_id:<5} : slaguard audit incident {incident_id} --db {db}"
-            f" --fleet {fleet}   ({detector} on {subject})",
-            highlight=False,
-        )
-    console.print(f"  fleet file     : {fleet}", highlight=False)
-    console.print(f"  logs           : {stack.workdir}/*.log", highlight=False)
-    console.print(
-        f"  metrics        : {stack.workdir / 'metrics.txt'} (the last /metrics scrape)",
-        highlight=False,
-    )
+        say(
+            f"incident {incident_id}", "audit", "incident", str(incident_id), "--db", db,
+            "--fleet", fleet, note=f"   ({detector} on {subject})",
+        )  # fmt: skip
+    say("resume rollout", "resume", "--db", db, "--reason", "demo over")
+    for label, path in (
+        ("fleet file", str(fleet)),
+        ("logs", f"{workdir}/*.log"),
+        ("metrics", f"{workdir / 'metrics.txt'} (the last /metrics scrape)"),
+    ):
+        console.print(f"  {label:<15}: {path}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _run(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, list[float]]:
