@@ -1,12 +1,13 @@
 """The full demo on one machine: emulated backends, `slaguard serve`, a trace, two faults.
 
 Five emulated replicas of different card types, the service in gateway mode with a short
-rollout plan, the Azure conversation trace replayed 3x faster, an L40S slowed down 6x
-once the fleet is on the learned policy, then a hot prompt. Every 5 s a line shows the
-rate, the fleet mode, demotions and the per-target TTFT; at the end it says where to
-look. Every process it starts is stopped, on success, failure, Ctrl-C, SIGTERM or SIGHUP:
-the load generator first (at the end its requests in flight may finish, for a bounded
-time), then the service and the backends.
+rollout plan, the Azure conversation trace replayed 3x faster, the H200 slowed down 5x at
+22 s (during the round-robin baseline), then a hot prompt at 80 s (`DemoPlan`; each fault
+at its own second, not at a status line). Every 5 s a line shows the rate, the fleet
+mode, demotions and the per-target TTFT; at the end it says where to look. Every process
+it starts is stopped, on success, failure, Ctrl-C, SIGTERM or SIGHUP: the load generator
+first (at the end its requests in flight may finish, for a bounded time), then the
+service and the backends.
 
 The guard runs with `DEMO_GUARD`, its time scales shrunk to the demo's two minutes. With
 the defaults nothing could be demoted here: a target's TTFT change score needs a
@@ -154,7 +155,29 @@ def _p(values: list[float], q: float) -> str:
     return f"{np.quantile(values, q):5.2f}" if values else "  -  "
 
 
-async def _drive(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, list[float]]:
+async def _faults(stack: Stack, plan: DemoPlan, console: Console, started: float) -> None:
+    """Each fault at its time in the plan; they used to wait for the next 5 s status line
+    (the H200's slowdown at 25 s, not 22)."""
+
+    async def slow() -> str:
+        async with httpx.AsyncClient(timeout=5) as client:
+            url = f"{stack.emulators[SLOWED]}/admin/slowdown"
+            await client.post(url, json={"factor": plan.slow_factor})
+        return f"{SLOWED} slowed down {plan.slow_factor:.0f}x"
+
+    async def hot() -> str:  # the load generator sends the hot prompt from that time on
+        return f"hot prompt: {plan.hot_share:.0%} of requests now share one prompt"
+
+    for at, fault in sorted([(plan.slow_at_s, slow), (plan.hot_at_s, hot)], key=lambda f: f[0]):
+        await asyncio.sleep(at - (time.monotonic() - started))
+        said = await fault()
+        elapsed = time.monotonic() - started
+        console.print(f"{elapsed:5.0f}s  [bold red]FAULT[/] {said}", highlight=False)
+
+
+async def drive(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, list[float]]:
+    """Replay the load through the service, inject the faults, print a status line every
+    5 s; every TTFT seen, by target."""
     gen = LoadGenerator(
         stack.service_url,
         load_trace(),
@@ -165,7 +188,7 @@ async def _drive(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, li
     every: dict[str, list[float]] = {}
     load = asyncio.create_task(gen.run(plan.duration_s, plan.drain_s))
     started = time.monotonic()
-    slowed = hot = False
+    faults = asyncio.create_task(_faults(stack, plan, console, started))
     seen_demoted: set[str] = set()
     last_mode = "?"
     last_sent = 0
@@ -173,18 +196,6 @@ async def _drive(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, li
         while not load.done():
             await asyncio.wait({load}, timeout=5.0)
             elapsed = time.monotonic() - started
-            if not slowed and elapsed >= plan.slow_at_s:
-                slowed = True
-                await client.post(
-                    f"{stack.emulators[SLOWED]}/admin/slowdown", json={"factor": plan.slow_factor}
-                )
-                console.print(f"[bold red]FAULT[/] {SLOWED} slowed down {plan.slow_factor:.0f}x")
-            if not hot and elapsed >= plan.hot_at_s:
-                hot = True
-                console.print(
-                    f"[bold red]FAULT[/] hot prompt: {plan.hot_share:.0%} of requests now "
-                    "share one prompt"
-                )
             mode, demoted = "?", ["?"]
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 status = (await client.get(f"{stack.service_url}/v1/status")).json()
@@ -224,6 +235,10 @@ async def _drive(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, li
                 f"errors={gen.stats.errors}  demoted={demoted or '-'}  TTFT p50 s: {ttft}",
                 highlight=False,
             )
+    faults.cancel()  # any still to come after the load (a shorter plan)
+    await asyncio.wait({faults})
+    if not faults.cancelled():
+        faults.result()  # one that could not be injected fails the demo
     st = gen.stats
     kinds = ", ".join(f"{k}: {n}" for k, n in sorted(st.error_kinds.items()))
     console.print(
@@ -317,7 +332,7 @@ def _run(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, list[float
         f"demotion after {z['demote_after_s']:.0f}s anomalous (default 30)",
         highlight=False,
     )
-    every = asyncio.run(_drive(stack, plan, console))
+    every = asyncio.run(drive(stack, plan, console))
     metrics = httpx.get(f"{stack.service_url}/metrics", timeout=5).text
     (stack.workdir / "metrics.txt").write_text(metrics)
     return every

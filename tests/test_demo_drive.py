@@ -1,0 +1,56 @@
+"""The demo's faults land at their time in the plan. They were checked at each 5 s status
+line, so the H200's slowdown planned at 22 s came at 25 s, against the docs' timeline."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from fastapi import FastAPI, Request, Response
+from rich.console import Console
+
+from slaguard.emulator.app import create_emulator_app
+from slaguard.emulator.demo import MODEL, SLOWED, DemoPlan, drive
+from slaguard.emulator.stack import Stack
+from slaguard.fleet import build_fleet
+from slaguard.service.local import ServerThread
+
+STATUS = {"mode": {"mode": "round_robin", "reason": "-"}, "targets": []}
+"""What the drive loop reads of `/v1/status`."""
+
+
+def _service_and_backend(slowdowns: list[float]) -> FastAPI:
+    """One emulated backend standing in for the service too, noting when it is slowed."""
+    fleet = build_fleet({"targets": [{"id": SLOWED, "model": MODEL, "card": "h200"}]})
+    app = create_emulator_app(fleet.targets[0])
+    app.add_api_route("/v1/status", lambda: STATUS)
+
+    @app.middleware("http")
+    async def note(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        if request.url.path == "/admin/slowdown":
+            slowdowns.append(time.monotonic())
+        return await call_next(request)
+
+    return app
+
+
+def test_each_fault_lands_at_its_planned_second(tmp_path: Path) -> None:
+    slowdowns: list[float] = []
+    plan = DemoPlan(duration_s=3.0, slow_at_s=1.0, hot_at_s=2.0, drain_s=1.0)
+    out = io.StringIO()
+    with ServerThread(_service_and_backend(slowdowns)) as server:
+        stack = Stack(tmp_path, emulators={SLOWED: server.url}, service_url=server.url)
+        began = time.monotonic()
+        asyncio.run(drive(stack, plan, Console(file=out, width=200)))
+    assert len(slowdowns) == 1 and 1.0 <= slowdowns[0] - began < 1.5
+    faults = [line for line in out.getvalue().splitlines() if "FAULT" in line]
+    assert [re.sub(r"\s+", " ", line).strip() for line in faults] == [
+        f"1s FAULT {SLOWED} slowed down 5x",
+        "2s FAULT hot prompt: 60% of requests now share one prompt",
+    ]
