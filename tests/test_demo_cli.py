@@ -5,6 +5,8 @@ models."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import re
 from pathlib import Path
@@ -106,3 +108,28 @@ def test_routing_only_samples_the_fleets_own_models(tmp_path: Path) -> None:
     assert len(lines) == 8  # 3 shapes and one over-long prompt, for each policy
     assert sum("-> q (routed)" in x for x in lines) == 6
     assert sum("(no_capacity)" in x for x in lines) == 2
+
+
+def test_a_directory_holding_only_a_lock_file_is_taken(tmp_path: Path) -> None:
+    """A run stopped between taking its lock and writing its mark left the lock file
+    alone, and every later run was refused as "not made by the demo"."""
+    work = tmp_path / "demo"
+    work.mkdir(mode=0o700)
+    (work / LOCK_FILE).write_text("")
+    assert _claim(work) == []
+    assert (work / WORKDIR_MARK).is_file()
+
+
+def test_a_filesystem_without_flock_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOLCK (an NFS mount without lockd) was a traceback and a leaked descriptor."""
+
+    def no_locks(_fd: int, _op: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    opened = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(RuntimeError, match=r"cannot lock .* \(No locks available\); fix: pass"):
+        _claim(tmp_path / "demo")
+    assert len(os.listdir("/proc/self/fd")) == opened

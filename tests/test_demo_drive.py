@@ -54,3 +54,18 @@ def test_each_fault_lands_at_its_planned_second(tmp_path: Path) -> None:
         f"1s FAULT {SLOWED} slowed down 5x",
         "2s FAULT hot prompt: 60% of requests now share one prompt",
     ]
+
+
+def test_a_demoted_target_the_guard_has_not_scored_is_said_so(tmp_path: Path) -> None:
+    """`/v1/status` gives `jitter_z: null` for a target too thin to score (a demoted one
+    gets little traffic): the status line formatted it as a float and crashed the demo."""
+    STATUS["targets"] = [{"target": SLOWED, "demoted": True, "jitter_z": None}]
+    plan = DemoPlan(duration_s=1.5, slow_at_s=10.0, hot_at_s=10.0, drain_s=0.5)
+    out = io.StringIO()
+    try:
+        with ServerThread(_service_and_backend([])) as server:
+            stack = Stack(tmp_path, emulators={SLOWED: server.url}, service_url=server.url)
+            asyncio.run(drive(stack, plan, Console(file=out, width=200)))
+    finally:
+        STATUS["targets"] = []
+    assert f"GUARD {SLOWED} demoted: TTFT p99 Z-score not scored" in out.getvalue()

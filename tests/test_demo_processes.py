@@ -208,3 +208,19 @@ def test_the_start_says_each_process_ready_as_it_comes(tmp_path: Path) -> None:
     assert out.getvalue().splitlines()[-1] == (
         "stopped the 6 processes the demo started and the ones they started"
     )
+
+
+def test_a_stop_signal_while_spawning_waits_until_the_child_is_recorded(
+    tmp_path: Path, leftovers: set[int]
+) -> None:
+    """A Ctrl-C between the fork and `procs[name] = ...` left a child no stop knew of
+    (255 of 300 tries with the signal sent 0-4 ms into a spawn)."""
+    signals = StopSignals()
+    stack = Stack(tmp_path, signals)
+    with signals.installed(), pytest.raises(Interrupted):
+        with signals.deferred_while():
+            signal.raise_signal(signal.SIGINT)  # as if it came mid-spawn
+            stack.procs["child"] = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        raise AssertionError("the deferred signal was not raised")
+    leftovers.add(stack.procs["child"].pid)
+    assert stack.stop() == {} and stack.procs["child"].returncode == -signal.SIGTERM

@@ -204,9 +204,11 @@ async def drive(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, lis
                 for t in status["targets"]:
                     if t["demoted"] and t["target"] not in seen_demoted:
                         seen_demoted.add(t["target"])
+                        z = t["jitter_z"]  # null: too few requests since to score
+                        score = "not scored" if z is None else f"{z:.1f}"
                         console.print(
                             f"[bold yellow]GUARD[/] {t['target']} demoted: TTFT p99 Z-score "
-                            f"{t['jitter_z']:.1f}, it now takes low-priority traffic only"
+                            f"{score}, it now takes low-priority traffic only"
                         )
                 if mode == "round_robin" and last_mode not in ("?", "round_robin"):
                     console.print(

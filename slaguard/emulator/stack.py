@@ -48,13 +48,32 @@ class StopSignals:
         self.raised = False
         self.stopping = False
         self.hurry = False
+        self.deferring = False
+        self.deferred: int | None = None
 
     def _on_signal(self, signo: int, _frame: FrameType | None) -> None:
         if self.raised or self.stopping:
             self.hurry = True
             return
+        if self.deferring:  # raised once the spawn is recorded
+            self.deferred = self.deferred or signo
+            return
         self.raised = True
         raise Interrupted(signo)
+
+    @contextlib.contextmanager
+    def deferred_while(self) -> Iterator[None]:
+        """A stop signal inside raises at the end: between a fork and its record, the
+        raise left a child no stop knew of (its own session, so the terminal's signals
+        never reached it). Not a blocked signal mask: the children would inherit it."""
+        self.deferring = True
+        try:
+            yield
+        finally:
+            self.deferring = False
+            if self.deferred is not None and not self.raised:
+                self.raised = True
+                raise Interrupted(self.deferred)
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[StopSignals]:
@@ -83,7 +102,8 @@ class Stack:
     service_url: str = ""
 
     def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        with (self.workdir / f"{name}.log").open("wb") as log:
+        """Start one process, recorded before a stop signal takes effect."""
+        with self.signals.deferred_while(), (self.workdir / f"{name}.log").open("wb") as log:
             self.procs[name] = subprocess.Popen(
                 [sys.executable, "-m", "slaguard", *args],
                 stdout=log,

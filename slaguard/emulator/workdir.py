@@ -28,7 +28,8 @@ def claimed_workdir(workdir: Path, say: Callable[[str], None]) -> Iterator[None]
     there, and a directory someone else could write to."""
     _refuse_foreign(workdir)
     ours = (workdir / WORKDIR_MARK).is_file() or workdir == DEFAULT_WORKDIR
-    if not ours and workdir.is_dir() and any(workdir.iterdir()):
+    # a run stopped between its lock and its mark left the lock file alone
+    if not ours and workdir.is_dir() and any(e.name != LOCK_FILE for e in workdir.iterdir()):
         raise RuntimeError(
             f"--workdir: {workdir} is not empty and was not made by the demo; fix: pass "
             "a new or empty directory (the demo empties its work directory first)"
@@ -58,7 +59,13 @@ def _lock(workdir: Path) -> int:
     fd = os.open(workdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    except OSError as exc:
+        if not isinstance(exc, BlockingIOError):  # ENOLCK, EOPNOTSUPP: no flock here
+            os.close(fd)
+            raise RuntimeError(
+                f"--workdir: cannot lock {workdir} ({exc.strerror}); fix: pass --workdir "
+                "on a local filesystem"
+            ) from None
         holder = os.read(fd, 32).decode(errors="replace").strip()
         os.close(fd)
         pid = f" (pid {holder})" if holder.isdigit() else ""  # empty: it is writing its pid

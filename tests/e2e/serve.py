@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -76,7 +77,9 @@ class ServeReplica:
         return [t["target"] for t in self.status()["targets"] if t["demoted"]]
 
     def jitter(self, target: str) -> float:
-        return float(next(t for t in self.status()["targets"] if t["target"] == target)["jitter_z"])
+        """The target's TTFT Z-score; NaN while the guard has not scored it (null)."""
+        z = next(t for t in self.status()["targets"] if t["target"] == target)["jitter_z"]
+        return math.nan if z is None else float(z)
 
     def mode(self, action: str, **extra: Any) -> dict[str, Any]:
         """`POST /v1/mode` with the admin token (the replica must have been given one)."""
