@@ -1,9 +1,11 @@
 """Which target and model ids the audit database knows, for naming a filter typo: an
 empty answer to `audit decisions --target l40s-8b-O` looked like a quiet hour.
 
-Both stay index-served on a table of millions of rows: the targets by a loose scan of the
-(target_id, decided_at) index, one probe per distinct target; the models (no index of
-their own) from the time range's rows only, through the decided_at index.
+The targets are index-served on a table of millions of rows: a loose scan of the
+(target_id, decided_at) index, one probe per distinct target (1.2 ms on 1M PostgreSQL
+rows). The models have no index of their own: they come from the time range's rows only,
+a scan of that range (206 ms for a month of 1M rows on PostgreSQL); both run only for an
+empty answer.
 """
 
 from __future__ import annotations

@@ -162,7 +162,9 @@ async def _faults(stack: Stack, plan: DemoPlan, console: Console, started: float
     async def slow() -> str:
         async with httpx.AsyncClient(timeout=5) as client:
             url = f"{stack.emulators[SLOWED]}/admin/slowdown"
-            await client.post(url, json={"factor": plan.slow_factor})
+            answer = await client.post(url, json={"factor": plan.slow_factor})
+        if answer.is_error:  # the line said "slowed" whatever the emulator answered
+            return f"{SLOWED} NOT slowed down: the emulator answered {answer.status_code}"
         return f"{SLOWED} slowed down {plan.slow_factor:.0f}x"
 
     async def hot() -> str:  # the load generator sends the hot prompt from that time on
