@@ -69,3 +69,13 @@ def test_a_demoted_target_the_guard_has_not_scored_is_said_so(tmp_path: Path) ->
     finally:
         STATUS["targets"] = []
     assert f"GUARD {SLOWED} demoted: TTFT p99 Z-score not scored" in out.getvalue()
+
+
+def test_a_slowdown_the_emulator_refuses_is_not_reported_as_done(tmp_path: Path) -> None:
+    """The FAULT line said "slowed down" whatever the emulator answered."""
+    plan = DemoPlan(duration_s=1.5, slow_at_s=0.5, hot_at_s=10.0, drain_s=0.5, slow_factor=-1)
+    out = io.StringIO()
+    with ServerThread(_service_and_backend([])) as server:
+        stack = Stack(tmp_path, emulators={SLOWED: server.url}, service_url=server.url)
+        asyncio.run(drive(stack, plan, Console(file=out, width=200)))
+    assert f"FAULT {SLOWED} NOT slowed down: the emulator answered 422" in out.getvalue()
