@@ -72,6 +72,9 @@ class DuplicateKeyError(yaml.constructor.ConstructorError):
     """A mapping names a key twice (plain YAML keeps the last one, silently)."""
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key given twice in one mapping: in a fleet file
     the second `targets:` replaced the first without a word."""
@@ -79,6 +82,8 @@ class UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first: dict[Any, yaml.Mark] = {}  # where each key was first given, for the message
         for key_node, _ in node.value:
+            if key_node.tag == MERGE_TAG:  # `<<: *base`: merged keys may be overridden
+                continue
             key = self.construct_object(key_node, deep=deep)
             if not isinstance(key, Hashable):
                 continue  # a list or mapping as a key: the base loader refuses it in one line

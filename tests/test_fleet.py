@@ -164,6 +164,24 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
         load_fleet(listed)
 
 
+def test_a_yaml_merge_key_shares_a_target_template(tmp_path: Path) -> None:
+    """`<<: *base` was "invalid YAML": the duplicate-key check met the merge key first."""
+    path = tmp_path / "merged.yaml"
+    path.write_text(
+        "targets:\n"
+        "  - &base {id: a, model: llama3.1-8b, card: h100, priorities: [high, normal]}\n"
+        "  - <<: *base\n    id: b\n    card: l40s\n"
+    )
+    fleet = load_fleet(path)
+    assert [(t.id, t.card.id, sorted(p.value for p in t.priorities)) for t in fleet] == [
+        ("a", "h100", ["high", "normal"]),
+        ("b", "l40s", ["high", "normal"]),
+    ]
+    path.write_text("targets:\n  - <<: {card: h100}\n    id: a\n    id: b\n")
+    with pytest.raises(FleetError, match=r"line 4: duplicate key 'id' \(first on line 3\)"):
+        load_fleet(path)
+
+
 def test_count_expands_ids_and_url_template() -> None:
     fleet = build_fleet(
         {
