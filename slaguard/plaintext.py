@@ -7,6 +7,8 @@ a line; written out (`\\x1b`, `\\r`, `\\n`) they are only read.
 
 from __future__ import annotations
 
+from rich.text import Text
+
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 _CONTROL = [*range(0x00, 0x20), *range(0x7F, 0xA0)]
 """Unicode category Cc: C0 controls, DEL and the C1 controls (0x9B is a one-byte CSI)."""
@@ -22,3 +24,9 @@ _WRITTEN_OUT = {
 def visible(text: str) -> str:
     """`text` with every control character written out as its escape, nothing else changed."""
     return text.translate(_WRITTEN_OUT)
+
+
+def inert(text: str) -> Text:
+    """`text` for a rich table cell or title: control characters written out, and never
+    parsed as markup (`[/x]` in an id would be a MarkupError)."""
+    return Text(visible(text))

@@ -14,6 +14,7 @@ from sqlalchemy import Engine, text
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.from_scheduler import decision_head, record_from_head
+from slaguard.audit.jsonenc import json_encoder
 from slaguard.audit.lines import (
     FLEET_TAG,
     RAW_DECISION_TAG,
@@ -21,7 +22,6 @@ from slaguard.audit.lines import (
     JournalEncoder,
     escape_blob,
     fleet_header,
-    json_encoder,
     unescape_blob,
 )
 from slaguard.audit.lines_decode import decode_lines

@@ -21,7 +21,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from slaguard.audit.lines import json_encoder
+from slaguard.audit.jsonenc import json_encoder
 
 log = logging.getLogger(__name__)
 

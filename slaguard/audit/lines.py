@@ -30,6 +30,7 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 
+from slaguard.audit.jsonenc import json_encoder
 from slaguard.audit.records import AuditRecord, DecisionRecord
 from slaguard.fleet.fleet import Fleet
 from slaguard.scheduler.explain import Explanation, ExplanationArrays
@@ -88,17 +89,6 @@ class OutcomeLine(msgspec.Struct):
     e2e_s: float | None
     status: str
     sla_met: bool
-
-
-def _encode_hook(value: object) -> object:
-    """JSON for any Mapping (msgspec itself takes dicts only)."""
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
-
-
-json_encoder = msgspec.json.Encoder(enc_hook=_encode_hook)
-"""Compact JSON for records, explanations and evidence."""
 
 
 class FleetLine(msgspec.Struct, array_like=True):

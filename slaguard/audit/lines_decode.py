@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from slaguard.audit.jsonenc import json_encoder
 from slaguard.audit.lines import (
     DECISION_TAG,
     EXPLANATION_SEPARATOR,
@@ -27,7 +28,6 @@ from slaguard.audit.lines import (
     OutcomeLine,
     RawDecision,
     explanation_dict,
-    json_encoder,
     unescape_blob,
 )
 from slaguard.audit.lines_legacy import (

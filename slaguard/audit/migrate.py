@@ -6,7 +6,6 @@ from this package's location (editable installs and checkouts), or `$SLAGUARD_MI
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
@@ -15,9 +14,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, text
-from sqlalchemy.engine import URL
 
-from slaguard.audit.engine import shown_url, sqlite_path
+from slaguard.audit.engine import shown_url
+from slaguard.audit.schema import create_private_sqlite_file
 
 MIGRATIONS_ENV_VAR = "SLAGUARD_MIGRATIONS"
 
@@ -57,18 +56,6 @@ def known_revisions() -> set[str]:
     """Every revision id in our scripts."""
     script = ScriptDirectory.from_config(alembic_config())
     return {rev.revision for rev in script.walk_revisions()}
-
-
-def create_private_sqlite_file(url: URL) -> None:
-    """Create a missing SQLite file empty and owner-only, before the first connection:
-    SQLite creates it following the umask (0644: every decision and incident readable by
-    any local user) and gives its -wal and -shm files its mode. An existing file, or
-    another backend, is left alone; a file that cannot be created is SQLite's error to
-    report, on connecting."""
-    path = sqlite_path(url)
-    if path is not None and not path.exists():
-        with contextlib.suppress(OSError):
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import sys
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from slaguard.audit.formats import OutputFormat
 from slaguard.audit.models import utc_from_unix
 from slaguard.audit.service import DecisionExplanation, IncidentTimeline
-from slaguard.plaintext import visible
-
-
-class OutputFormat(StrEnum):
-    TABLE = "table"
-    CSV = "csv"
-    JSON = "json"
-    PARQUET = "parquet"
+from slaguard.plaintext import inert
 
 
 def _shown(value: Any) -> str:
@@ -53,7 +46,7 @@ def _shown(value: Any) -> str:
 
 def plain(value: Any) -> Text:
     """A value as terminal text: compact, no markup, control characters written out."""
-    return Text(visible(_shown(value)))
+    return inert(_shown(value))
 
 
 def frame_table(frame: pd.DataFrame, title: str) -> Table:

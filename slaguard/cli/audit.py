@@ -19,12 +19,13 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit import known, service
 from slaguard.audit.engine import error_line
+from slaguard.audit.formats import OutputFormat
 from slaguard.audit.records import POLICY_ARMS
-from slaguard.audit.render import OutputFormat, emit_explanation, emit_frame, emit_timeline
+from slaguard.audit.render import emit_explanation, emit_frame, emit_timeline
 from slaguard.audit.service import TargetCapacity, UnknownRequestError
 from slaguard.audit.store import UnknownIncidentError
 from slaguard.audit.timeargs import TIME_HELP, parse_duration, parse_range, span_title
-from slaguard.cli.db import DbOption, open_audit_db
+from slaguard.cli.dbopen import DbOption, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.cli.output import check_output, check_writable, writing

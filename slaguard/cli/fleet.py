@@ -8,9 +8,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from slaguard.audit.render import plain
 from slaguard.cli.errors import fail
 from slaguard.fleet import Fleet, FleetError, load_fleet
+from slaguard.plaintext import inert
 
 app = typer.Typer(help="Inspect and validate fleet files.", no_args_is_help=True)
 
@@ -29,14 +29,14 @@ def load_or_fail(path: Path | None) -> Fleet:
 def show(fleet_file: Path | None = FleetOption) -> None:
     """Validate a fleet file and print every routing target with its KV budget."""
     fleet = load_or_fail(fleet_file)
-    table = Table(title=plain(f"{fleet.name} ({fleet.source}): {len(fleet)} targets"))
+    table = Table(title=inert(f"{fleet.name} ({fleet.source}): {len(fleet)} targets"))
     for col in ("target", "model", "card", "tp", "V_h GB", "static GB", "V_kv GB", "priorities"):
         table.add_column(col, justify="right" if "GB" in col or col == "tp" else "left")
     for t in fleet:
         table.add_row(  # ids come from the file: shown as written, never parsed as markup
-            plain(t.id),
-            plain(t.model.id),
-            plain(t.card.id),
+            inert(t.id),
+            inert(t.model.id),
+            inert(t.card.id),
             str(t.tp),
             f"{t.memory_gb:.0f}",
             f"{t.static_gb:.1f}",

@@ -1,28 +1,23 @@
-"""`slaguard rollback | resume | status | history | incidents`: the fleet mode by hand.
+"""`slaguard status | history | incidents`: the fleet mode, its switches and incidents.
 
-They act on the audit database, so they work with the service down: a change is a
-compare-and-set on the shared `fleet_state` row that every replica picks up within a
-second; the guard leader sends the incident message it queues. Each change records who
-(`--actor`, default the OS user) and why, prints one line saying what happened, and is
-idempotent (a rollback of a fleet already on round-robin says so and exits 0).
+They read the audit database, so they work with the service down. The commands that
+change the mode are in `mode.py`, which imports none of the pandas these tables need.
 """
 
 from __future__ import annotations
 
-import getpass
 import json
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
 
 import typer
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from slaguard.audit.engine import error_line, shown_url
-from slaguard.audit.render import OutputFormat, emit_frame
+from slaguard.audit.engine import error_line
+from slaguard.audit.formats import OutputFormat
+from slaguard.audit.render import emit_frame
 from slaguard.audit.timeargs import (
     TIME_HELP,
     parse_duration,
@@ -30,120 +25,19 @@ from slaguard.audit.timeargs import (
     parse_time,
     span_title,
 )
-from slaguard.cli.db import DbOption, open_audit_db
+from slaguard.cli.dbopen import DbOption, open_audit_db
 from slaguard.cli.errors import fail
+from slaguard.cli.mode import GUARD_STATEMENT_TIMEOUT_S, query_or_fail
 from slaguard.cli.output import check_output, writing
-from slaguard.guard.guard import Guard
-from slaguard.guard.incident_store import IncidentStore
 from slaguard.guard.leader import current_leader
-from slaguard.guard.manual import ManualAction, ManualOutcome, ModeBusyError, apply_manual
 from slaguard.guard.modes import TransitionKind
-from slaguard.guard.persist import EventPersister
 from slaguard.guard.queries import arm_sla, incident_list, mode_history
-from slaguard.guard.runtime import NOT_LOADED
 from slaguard.guard.store import GuardStore
 from slaguard.plaintext import visible
 from slaguard.scheduler.rollout import ModeKind
 
-_T = TypeVar("_T")
-GUARD_STATEMENT_TIMEOUT_S = 15.0
-"""A command waiting longer on a lock (a stuck migration, a manual LOCK TABLE) fails in
-one line instead of hanging without a word."""
-ActorOption = typer.Option(None, "--actor", help="Who does this (default: the OS user).")
 FormatOption = typer.Option(OutputFormat.TABLE, "--format", "-f", help="Output format.")
 OutputOption = typer.Option(None, "--output", "-o", help="Write to this file.", dir_okay=False)
-
-
-_MAX_ACTOR = 120
-"""`actor` columns hold 128 characters; the API prefixes its actors with `api:`."""
-
-
-def _actor(value: str | None) -> str:
-    if value is not None:
-        name = value.strip()
-        if not name:
-            fail("--actor: empty; give a name, or leave it out to use the OS user")
-        if len(name) > _MAX_ACTOR or not name.isprintable():
-            fail(
-                f"--actor: {name[:40]!r} is not a name on one line of at most {_MAX_ACTOR} "
-                "characters; fix: give a user or team name"
-            )
-        return name
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
-
-
-def _reason(value: str | None, default: str | None = None) -> str:
-    text = (value or "").strip() or default
-    if not text:
-        fail("--reason: required; say why, e.g. --reason 'l40s tier TTFT 3x since 14:02'")
-    return text
-
-
-def _run(engine: Engine, action: ManualAction, **kwargs: Any) -> ManualOutcome:
-    store = GuardStore(engine)
-    persister = EventPersister(store, IncidentStore(engine))
-    try:
-        # NOT_LOADED (version -1): the first stored state read is always adopted
-        return apply_manual(Guard(state=NOT_LOADED), persister, action, time.time(), **kwargs)
-    except ModeBusyError as exc:
-        fail(str(exc))
-    except SQLAlchemyError as exc:
-        fail(f"database {shown_url(engine.url)}: {error_line(exc)}")
-
-
-def _say(outcome: ManualOutcome) -> None:
-    line = outcome.result.message
-    resolved = [e for e in outcome.queued if e.state.value == "resolved"]
-    if resolved:
-        line += f"; incident {resolved[0].incident_id} resolved (message queued for the guard)"
-    typer.echo(visible(line))
-
-
-def rollback(
-    reason: str | None = typer.Option(
-        None, "--reason", help="Why (required; recorded with the switch)."
-    ),
-    hold: bool = typer.Option(False, "--hold", help="Keep it there: nothing automatic leaves."),
-    actor: str | None = ActorOption,
-    db: str | None = DbOption,
-) -> None:
-    """Send the whole fleet to round-robin now (`--hold`: and keep it there)."""
-    why = _reason(reason)
-    who = _actor(actor)
-    engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
-    action = ManualAction.HOLD if hold else ManualAction.ROLLBACK
-    _say(_run(engine, action, actor=who, reason=why))
-
-
-def resume(
-    stage: str | None = typer.Option(
-        None,
-        "--stage",
-        help="Rollout stage in percent (default: the plan's first, as the guard last entered "
-        "it from round-robin; 10 before it ever has).",
-    ),
-    reason: str | None = typer.Option(None, "--reason", help="Why (recorded with the switch)."),
-    actor: str | None = ActorOption,
-    db: str | None = DbOption,
-) -> None:
-    """Re-enter the gray rollout (also leaves a hold); resolves the open incident."""
-    stage_pct: int | None = None
-    if stage is not None:
-        try:
-            stage_pct = int(stage)
-        except ValueError:
-            stage_pct = -1
-        if not 0 < stage_pct <= 100:
-            fail(f"--stage: {stage!r} is not a percentage in 1..100; e.g. --stage 10")
-    who = _actor(actor)
-    why = _reason(reason, "manual resume")
-    engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
-    if stage_pct is None:
-        stage_pct = _query(GuardStore(engine).planned_first_stage)
-    _say(_run(engine, ManualAction.RESUME, actor=who, reason=why, stage_pct=stage_pct))
 
 
 def _utc(seconds: float) -> str:
@@ -241,7 +135,7 @@ def history(
         fail(str(exc))
     check_output(fmt, output)
     engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
-    frame = _query(lambda: mode_history(engine, start, end))
+    frame = query_or_fail(lambda: mode_history(engine, start, end))
     with writing(output):
         emit_frame(frame, fmt, output, f"mode switches {span_title(start, end)}")
 
@@ -262,7 +156,7 @@ def incidents(
             fail(str(exc))
     check_output(fmt, output)
     engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
-    frame = _query(lambda: incident_list(engine, open_only=open_only, since=start))
+    frame = query_or_fail(lambda: incident_list(engine, open_only=open_only, since=start))
     with writing(output):
         emit_frame(frame, fmt, output, "open incidents" if open_only else "incidents")
 
@@ -285,10 +179,3 @@ def _plan_line(kind: ModeKind, auto_advance: bool, entered_by: TransitionKind | 
     if kind is ModeKind.ROUND_ROBIN:
         return "stays until `slaguard resume`"
     return "stays until the breaker trips or a human moves it"
-
-
-def _query(run: Callable[[], _T]) -> _T:
-    try:
-        return run()
-    except SQLAlchemyError as exc:
-        fail(f"database query failed: {error_line(exc)}")

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from slaguard.audit.render import OutputFormat
+from slaguard.audit.formats import OutputFormat
 from slaguard.cli.errors import fail
 
 

@@ -20,7 +20,7 @@ from slaguard.audit.migrate import SchemaNotCurrentError, upgrade
 from slaguard.audit.models import Decision, Incident, ModeChange, WeightVersion
 from slaguard.audit.spill import SpillInUseError
 from slaguard.audit.writer import open_writer
-from slaguard.cli.db import connect
+from slaguard.cli.dbopen import connect
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.cli.output import check_writable, writing

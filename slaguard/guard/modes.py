@@ -65,6 +65,11 @@ class ModeState:
         return sum(1 for t in self.switch_times_s if now_s - HOUR_S < t <= now_s)
 
 
+NOT_LOADED = ModeState(version=-1, reason="not loaded from the database yet", auto_advance=False)
+"""A replica's (or a CLI command's) state before its first read: version -1, so the first
+stored state read is always adopted; it routes round-robin."""
+
+
 @dataclass(frozen=True, slots=True)
 class ModeTransition:
     """One mode change as the audit line stores it."""

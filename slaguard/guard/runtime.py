@@ -42,7 +42,7 @@ from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore, QueuedMessage
 from slaguard.guard.leader import LeaderLease
 from slaguard.guard.manual import ManualAction, ManualOutcome, apply_manual, note_alerts_resolved
-from slaguard.guard.modes import ModeState, ModeTransition, TransitionKind
+from slaguard.guard.modes import NOT_LOADED, ModeState, ModeTransition, TransitionKind
 from slaguard.guard.persist import EventPersister
 from slaguard.guard.replica_stats import ReplicaStats, SyncReport
 from slaguard.guard.router_inputs import INHERIT_MAX_AGE_S, RouterInputs
@@ -56,7 +56,6 @@ log = logging.getLogger(__name__)
 
 LOCAL_QUEUE_MAX = 100_000
 """Locally observed samples waiting for the next evaluation (oldest dropped beyond)."""
-NOT_LOADED = ModeState(version=-1, reason="not loaded from the database yet", auto_advance=False)
 
 
 class GuardReplica:
