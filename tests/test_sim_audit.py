@@ -7,6 +7,7 @@ import sqlite3
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -14,7 +15,7 @@ from sqlalchemy.engine import URL
 from test_engine_support import AZURE_FIXTURE
 from typer.testing import CliRunner
 
-from slaguard.audit.writer import open_writer
+from slaguard.audit.writer import AuditWriter, open_writer
 from slaguard.cli.main import app
 from slaguard.fleet import load_fleet
 from slaguard.guard.queries import mode_history
@@ -201,12 +202,10 @@ class ScriptedModes(SimObserver):
         return mode, f"script: {mode.label}"
 
 
-def test_trips_resolve_when_learned_traffic_resumes_and_link_their_switch(
-    sqlite_url: URL, tmp_path: Path
-) -> None:
-    """A trip's incident stays open through round-robin and held round-robin, closes at the
-    next switch that routes learned traffic (else at the run's end); a switch within a
-    second of a trip carries that trip's incident."""
+def _scripted_run(
+    sqlite_url: URL, tmp_path: Path, script: list[tuple[float, FleetMode]]
+) -> tuple[AuditObserver, AuditWriter, float, dict[str, Any]]:
+    """A run whose modes follow `script`, recorded: (sink, writer, base, report)."""
     fleet = load_fleet()
     workload = assign_workload(load_trace(AZURE_FIXTURE), fleet)
     writer = open_writer(
@@ -214,6 +213,22 @@ def test_trips_resolve_when_learned_traffic_resumes_and_link_their_switch(
         spill_dir=tmp_path / "spill",
         migrate=True,
     )
+    sim = Simulation(fleet, workload, ScriptedModes(script))
+    base = 1_700_000_000.0
+    sink = AuditObserver(writer, sim, base_epoch_s=base)
+    results = sim.run()
+    report = build_report(
+        fleet=fleet, workload=workload, results=results, policy="x", trace_path="x", faults=[]
+    )
+    return sink, writer, base, report
+
+
+def test_trips_resolve_when_learned_traffic_resumes_and_link_their_switch(
+    sqlite_url: URL, tmp_path: Path
+) -> None:
+    """A trip's incident stays open through round-robin and held round-robin, closes at the
+    next switch that routes learned traffic (else at the run's end); a switch within a
+    second of a trip carries that trip's incident."""
     script = [
         (0.0, ROUND_ROBIN),
         (4.0, FleetMode(ModeKind.ROLLOUT, 50)),
@@ -222,13 +237,8 @@ def test_trips_resolve_when_learned_traffic_resumes_and_link_their_switch(
         (10.0, LEARNED),
         (12.0, ROUND_ROBIN),
     ]
-    sim = Simulation(fleet, workload, ScriptedModes(script))
-    base = 1_700_000_000.0
-    sink = AuditObserver(writer, sim, base_epoch_s=base)
-    results = sim.run()
-    report = build_report(
-        fleet=fleet, workload=workload, results=results, policy="x", trace_path="x", faults=[]
-    )
+    sink, writer, base, report = _scripted_run(sqlite_url, tmp_path, script)
+    sim_s = sink.sim.results.sim_s
     report["guard"]["trips"] = [
         {"detector": "hot_spot", "at_s": 5.8, "subject": "prefix:a", "severity": "warning"},
         {"detector": "ttft_zscore", "at_s": 12.0, "subject": "fleet"},
@@ -244,8 +254,8 @@ def test_trips_resolve_when_learned_traffic_resumes_and_link_their_switch(
         ).all()
     assert [(i, sev) for i, sev, _, _ in incidents] == [(ids[0], "warning"), (ids[1], "critical")]
     opened_resolved = [(_sim_s(o, base), _sim_s(r, base)) for _, _, o, r in incidents]
-    assert results.sim_s > 12.0
-    assert opened_resolved == [(5.8, 10.0), (12.0, round(results.sim_s, 3))]
+    assert sim_s > 12.0
+    assert opened_resolved == [(5.8, 10.0), (12.0, round(sim_s, 3))]
     assert [(_sim_s(at, base), f, t, r, i) for at, f, t, r, i in changes] == [
         (4.0, "round_robin", "rollout(50)", "script: rollout(50)", None),
         (6.0, "rollout(50)", "held_round_robin", "script: held_round_robin", ids[0]),
@@ -256,3 +266,41 @@ def test_trips_resolve_when_learned_traffic_resumes_and_link_their_switch(
     # `history` marks them: they never changed the stored mode `status` shows
     shown = mode_history(writer.engine, datetime(2000, 1, 1, tzinfo=UTC), datetime.now(UTC))
     assert list(shown["kind"]) == ["simulated"] * 5
+
+
+def test_trips_the_guard_counted_to_one_incident_are_one_row_with_updates(
+    sqlite_url: URL, tmp_path: Path
+) -> None:
+    """Three trips of one fault episode (the report's `incident_id` shared) were three
+    incidents in the database against one in the report and in the service's own rows."""
+    script = [(0.0, LEARNED), (3.0, ROUND_ROBIN), (9.0, LEARNED), (11.0, ROUND_ROBIN)]
+    sink, writer, base, report = _scripted_run(sqlite_url, tmp_path, script)
+    report["guard"]["trips"] = [
+        {"detector": "ttft_zscore", "at_s": 3.0, "subject": "card:l40s", "summary": "a",
+         "incident_id": "inc-3-1", "evidence": {"z": 7.5}},
+        {"detector": "ttft_zscore", "at_s": 5.0, "subject": "card:h200", "summary": "b",
+         "incident_id": "inc-3-1"},
+        {"detector": "hot_spot", "at_s": 7.0, "subject": "prefix:p", "summary": "c",
+         "incident_id": "inc-3-1"},
+        {"detector": "ttft_zscore", "at_s": 11.0, "subject": "fleet", "summary": "d",
+         "incident_id": "inc-11-2"},
+    ]  # fmt: skip
+    ids = sink.record_guard_history(report)
+    writer.close(drain_timeout_s=30)
+    with writer.engine.connect() as conn:
+        rows = conn.execute(
+            text("select id, subject, opened_at, resolved_at, evidence from incidents order by id")
+        ).all()
+        linked = conn.execute(text("select incident_id from mode_changes order by id")).all()
+    assert len(rows) == 2 and ids == [rows[0][0], rows[1][0]]
+    first = rows[0]
+    assert first[1] == "card:l40s"
+    assert (_sim_s(first[2], base), _sim_s(first[3], base)) == (3.0, 9.0)
+    evidence = json.loads(first[4]) if isinstance(first[4], str) else first[4]
+    assert evidence["incident"] == "inc-3-1" and evidence["z"] == 7.5
+    assert [(u["subject"], u["summary"]) for u in evidence["updates"]] == [
+        ("card:h200", "b"),
+        ("prefix:p", "c"),
+    ]
+    assert [u["at_s"] - base for u in evidence["updates"]] == [5.0, 7.0]
+    assert [i for (i,) in linked] == [ids[0], None, ids[1]]

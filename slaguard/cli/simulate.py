@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
 import time
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -40,6 +43,7 @@ from slaguard.sim.guarded import GuardController, releases_from
 from slaguard.sim.observers import FixedPolicy, RolloutController, SimObserver
 from slaguard.sim.paths import default_trace_path
 from slaguard.sim.report import build_report, print_summary
+from slaguard.sim.results import Results
 from slaguard.sim.trace import Trace, TraceError
 from slaguard.sim.traces import TraceFormat, load_trace
 from slaguard.sim.workload import Workload, WorkloadError, assign_workload
@@ -178,6 +182,84 @@ def _finish_audit(sink: AuditObserver, report: dict[str, Any]) -> None:
     )
 
 
+class _Stopped(Exception):
+    """SIGTERM or SIGHUP during the run: handled like Ctrl-C, exit 128 + its number."""
+
+    def __init__(self, signo: int) -> None:
+        super().__init__(signal.Signals(signo).name)
+        self.signo = signo
+
+
+def _raise_stopped(signo: int, _frame: object) -> None:
+    raise _Stopped(signo)
+
+
+@contextlib.contextmanager
+def _stop_signals_raised() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise `_Stopped` while the run lasts (their default killed the
+    process mid-run: no word, the audit writer's journal left unreplayed)."""
+    previous = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signo, handler in previous.items():
+            signal.signal(signo, handler)
+
+
+def _run(sim: Simulation, horizon: float) -> Results:
+    """The run, with a progress bar on a terminal."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return sim.run()
+    with Progress(
+        TextColumn("simulating"),
+        BarColumn(),
+        TextColumn("{task.description}"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("", total=horizon)
+        return sim.run(
+            lambda t: bar.update(
+                task,
+                completed=min(t, horizon),
+                description=f"{t:.0f}/{horizon:.0f} s"
+                if t <= horizon
+                else f"last arrivals finishing ({t:.0f} s)",
+            )
+        )
+
+
+def _interrupted(
+    exc: BaseException,
+    sim: Simulation,
+    horizon: float,
+    controller: SimObserver,
+    sink: AuditObserver | None,
+) -> NoReturn:
+    """Say where the run stopped; an audit DB gets the run up to there, whole: the mode
+    switches and incidents so far (else written only at the end) and every acknowledged
+    row drained from the writer's journal."""
+    signo = exc.signo if isinstance(exc, _Stopped) else int(signal.SIGINT)
+    where = (
+        f"interrupted by {signal.Signals(signo).name} at {sim.results.sim_s:.0f} of "
+        f"{horizon:.0f} simulated s (last arrival); no report written"
+    )
+    if sink is not None:
+        trips = controller.trips if isinstance(controller, GuardController) else []
+        sink.record_guard_history({"guard": {"trips": trips}})
+        stats = sink.writer.close(drain_timeout_s=120)
+        url = shown_url(sink.writer.engine.url)
+        where += (
+            f"; {url} holds the run up to there: {sink.decisions} decisions, "
+            f"{sink.outcomes} outcomes (requests in flight have none)"
+        )
+        if stats.queue_depth:
+            where += f", {stats.queue_depth} rows still in {sink.writer.spill_dir}"
+    fail(where, code=128 + signo)
+
+
 def simulate(
     fleet_file: Path | None = FleetOption,
     trace: Path | None = typer.Option(None, "--trace", help="Trace file (default: Azure conv)."),
@@ -214,29 +296,12 @@ def simulate(
         SimOptions(rate_scale=rate_scale, weight_update_s=weight_update_s),
     )
     sink = _audit_sink(audit_db, sim) if audit_db else None
-    console = Console(stderr=True)
     horizon = float(sim.arrivals[-1]) if len(workload) else 0.0
-    if console.is_terminal:
-        with Progress(
-            TextColumn("simulating"),
-            BarColumn(),
-            TextColumn("{task.description}"),
-            TimeRemainingColumn(),
-            console=console,
-            transient=True,
-        ) as bar:
-            task = bar.add_task("", total=horizon)
-            results = sim.run(
-                lambda t: bar.update(
-                    task,
-                    completed=min(t, horizon),
-                    description=f"{t:.0f}/{horizon:.0f} s"
-                    if t <= horizon
-                    else f"last arrivals finishing ({t:.0f} s)",
-                )
-            )
-    else:
-        results = sim.run()
+    try:
+        with _stop_signals_raised():
+            results = _run(sim, horizon)
+    except (KeyboardInterrupt, _Stopped) as exc:
+        _interrupted(exc, sim, horizon, controller, sink)
     extra: dict[str, Any] = {
         "rate_scale": rate_scale,
         "seed": seed,

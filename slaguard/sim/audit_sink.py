@@ -8,8 +8,9 @@ end. Its weight versions are not stored: each decision's explanation carries the
 was scored with, and a service started on this database must not continue from a
 simulation's learned weights (it restores the newest stored version).
 Decisions and outcomes go through the same background writer as the service; guard trips
-and mode switches are written as incidents and history rows after the run (history only:
-a simulation never changes the shared fleet mode).
+and mode switches are written as incidents (one per incident the guard kept, its later
+trips as updates) and history rows after the run (history only: a simulation never changes
+the shared fleet mode).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from slaguard.audit.from_scheduler import decision_head
 from slaguard.audit.records import IncidentRecord, ModeChangeRecord, OutcomeRecord
 from slaguard.audit.store import log_mode_change, open_incident
 from slaguard.audit.writer import AuditWriter
+from slaguard.guard.incident_store import UPDATES_KEY
 from slaguard.scheduler.explain import Decision
 from slaguard.scheduler.rollout import ModeKind
 from slaguard.sim.engine import Simulation
@@ -67,47 +69,23 @@ class AuditObserver(SimObserver):
         self.outcomes += 1
 
     def record_guard_history(self, report: dict[str, Any]) -> list[int]:
-        """Write the run's trips (the report's, as the guard controller recorded them) as
-        incidents and the simulator's mode timeline as history rows. A trip's incident is
-        resolved at the next switch to a mode that routes learned traffic again, else at the
-        run's end; a switch within a second of a trip is linked to that trip's incident."""
+        """Write the run's incidents and the simulator's mode timeline as history rows.
+
+        One row per incident, as the service keeps them: the trips the guard counted to one
+        incident (the report's `incident_id`) open it at the first and join it as updates;
+        a trip without one is an incident of its own. An incident is resolved at the next
+        switch, after its last trip, to a mode that routes learned traffic again, else at
+        the run's end; a switch within a second of a trip is linked to its incident."""
         engine = self.writer.engine
-        timeline = self.sim.mode_timeline
-        trips: list[dict[str, Any]] = report["guard"]["trips"]
-        incident_ids: list[int] = []
-        for trip in trips:
-            at = float(trip["at_s"])
-            resolved = next(
-                (t for t, mode, _ in timeline if t > at and mode.kind not in _ROUND_ROBIN),
-                self.sim.results.sim_s,
-            )
-            incident_ids.append(
-                open_incident(
-                    engine,
-                    IncidentRecord(
-                        opened_at_s=self.base + at,
-                        detector=str(trip["detector"]),
-                        severity=str(trip.get("severity", "critical")),
-                        subject=str(trip["subject"]),
-                        evidence={
-                            "summary": str(trip.get("summary", "")),
-                            **trip.get("evidence", {}),
-                            "simulated": True,
-                        },
-                        resolved_at_s=self.base + resolved,
-                        notification_state="simulated",
-                    ),
-                )
-            )
-        for (_, before, _), (at, mode, reason) in pairwise(timeline):
-            linked = next(
-                (
-                    i
-                    for i, trip in zip(incident_ids, trips, strict=True)
-                    if abs(float(trip["at_s"]) - at) <= 1.0
-                ),
-                None,
-            )
+        episodes: dict[object, list[dict[str, Any]]] = {}
+        for n, trip in enumerate(report["guard"]["trips"]):
+            episodes.setdefault(trip.get("incident_id") or n, []).append(trip)
+        incident_of: list[tuple[float, int]] = []
+        for trips in episodes.values():
+            db_id = open_incident(engine, self._incident(trips))
+            incident_of.extend((float(trip["at_s"]), db_id) for trip in trips)
+        for (_, before, _), (at, mode, reason) in pairwise(self.sim.mode_timeline):
+            linked = next((i for t, i in incident_of if abs(t - at) <= 1.0), None)
             log_mode_change(
                 engine,
                 ModeChangeRecord(
@@ -120,4 +98,36 @@ class AuditObserver(SimObserver):
                     incident_id=linked,
                 ),
             )
-        return incident_ids
+        return sorted({i for _, i in incident_of})
+
+    def _incident(self, trips: list[dict[str, Any]]) -> IncidentRecord:
+        first, last_at = trips[0], float(trips[-1]["at_s"])
+        resolved = next(
+            (t for t, mode, _ in self.sim.mode_timeline
+             if t > last_at and mode.kind not in _ROUND_ROBIN),
+            self.sim.results.sim_s,
+        )  # fmt: skip
+        updates = [
+            {"state": "updated", "at_s": self.base + float(trip["at_s"]),
+             "detector": str(trip["detector"]), "subject": str(trip["subject"]),
+             "summary": str(trip.get("summary", ""))}
+            for trip in trips[1:]
+        ]  # fmt: skip
+        evidence: dict[str, Any] = {
+            "summary": str(first.get("summary", "")),
+            **first.get("evidence", {}),
+            "simulated": True,
+        }
+        if first.get("incident_id"):
+            evidence["incident"] = str(first["incident_id"])
+        if updates:
+            evidence[UPDATES_KEY] = updates
+        return IncidentRecord(
+            opened_at_s=self.base + float(first["at_s"]),
+            detector=str(first["detector"]),
+            severity=str(first.get("severity", "critical")),
+            subject=str(first["subject"]),
+            evidence=evidence,
+            resolved_at_s=self.base + resolved,
+            notification_state="simulated",
+        )

@@ -151,6 +151,7 @@ class Simulation:
                 for ev in events:
                     self._on_event(ev)
             step += 1
+            self.results.sim_s = window_end  # kept current: an interrupted run says where
             if step % period_ticks == 0:
                 self._period(window_end)
             if progress is not None and window_end - last_progress >= self.options.progress_every_s:
@@ -161,7 +162,6 @@ class Simulation:
                 break
         for p in list(self._pending.values()) + self._retry:
             self._finish(p, window_end, Status.INCOMPLETE)
-        self.results.sim_s = window_end
         self.results.wall_s = time.perf_counter() - wall0
         self.results.busy_s = np.array([r.busy_s for r in self.replicas])
         self.results.mode_timeline = self.mode_timeline
