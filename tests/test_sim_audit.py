@@ -304,3 +304,24 @@ def test_trips_the_guard_counted_to_one_incident_are_one_row_with_updates(
     ]
     assert [u["at_s"] - base for u in evidence["updates"]] == [5.0, 7.0]
     assert [i for (i,) in linked] == [ids[0], None, ids[1]]
+
+
+def test_the_closing_hint_names_the_fleet_file_a_custom_fleet_run_needs(tmp_path: Path) -> None:
+    """`audit summary` reads capacity shares from the fleet: the hint after a custom-fleet
+    run left `--fleet` out, and following it gave the built-in fleet's shares."""
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(
+        "targets:\n  - {id: h100-8b, model: llama3.1-8b, card: h100, count: 2}\n"
+        "  - {id: l40s-8b, model: llama3.1-8b, card: l40s, count: 3}\n"
+    )
+    db = f"sqlite:///{tmp_path / 'sim.db'}"
+    result = CliRunner().invoke(
+        app,
+        ["simulate", "--trace", str(AZURE_FIXTURE), "--fleet", str(fleet_file), "--audit-db", db],
+    )
+    assert result.exit_code == 0, result.output
+    assert f"--db '{db}' --fleet '{fleet_file}'" in result.stderr
+    hinted = CliRunner().invoke(
+        app, ["audit", "summary", "--since", "-3h", "--db", db, "--fleet", str(fleet_file)]
+    )
+    assert hinted.exit_code == 0 and "capacity shares are computed" not in hinted.output

@@ -144,3 +144,7 @@ def root() -> None:
 def main() -> None:
     """Console-script entry point; a stdout that cannot be written is one `error:` line."""
     run_guarded(app)
+
+
+if __name__ == "__main__":  # `python -m slaguard.cli.main`, like `python -m slaguard`
+    main()

@@ -161,11 +161,13 @@ def _rows_held(engine: Engine) -> str | None:
     return None
 
 
-def _finish_audit(sink: AuditObserver, report: dict[str, Any]) -> None:
-    """Write trips and mode switches, drain the writer, say where to look."""
+def _finish_audit(sink: AuditObserver, report: dict[str, Any], fleet_file: Path | None) -> None:
+    """Write trips and mode switches, drain the writer, say where to look (with the fleet
+    file: `audit summary` reads capacity shares from it)."""
     incidents = sink.record_guard_history(report)
     stats = sink.writer.close(drain_timeout_s=120)
     url = shown_url(sink.writer.engine.url)
+    fleet = "" if fleet_file is None else f" --fleet '{fleet_file}'"
     if stats.queue_depth:
         fail(
             f"--audit-db: {stats.queue_depth} of {sink.decisions + sink.outcomes} rows not "
@@ -176,7 +178,7 @@ def _finish_audit(sink: AuditObserver, report: dict[str, Any]) -> None:
     print(
         f"audit: {sink.decisions} decisions and {sink.outcomes} outcomes recorded "
         f"({stats.rows_written} rows written) in {url}; try: slaguard audit summary "
-        f"--since -2h --db '{url}'"
+        f"--since -2h --db '{url}'{fleet}"
         + (f"; slaguard audit incident {incidents[0]} --db '{url}'" if incidents else ""),
         file=sys.stderr,
     )
@@ -326,5 +328,5 @@ def simulate(
             report_json.write_text(json.dumps(report, indent=2) + "\n")
         print(f"report written to {report_json}", file=sys.stderr)
     if sink is not None:
-        _finish_audit(sink, report)
+        _finish_audit(sink, report, fleet_file)
     print_summary(report, Console())
