@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
@@ -38,6 +38,9 @@ _HTTP_URL = TypeAdapter(AnyHttpUrl)
 
 MEMORY_HEADROOM = 0.92
 """Usable share of card memory: 8 % is kept for fragmentation and bursts."""
+
+MAX_TP = 64
+"""Largest tensor-parallel group a target may span."""
 
 
 class FleetError(ValueError):
@@ -69,7 +72,7 @@ class TargetSpec(BaseModel):
     id: str = Field(min_length=1)
     model: str
     card: str
-    tp: int = Field(default=1, ge=1, le=64)
+    tp: int = Field(default=1, ge=1, le=MAX_TP)
     count: int = Field(default=1, ge=1, le=4096)
     url: str | None = None
     priorities: list[Priority] = Field(default_factory=lambda: list(Priority), min_length=1)
@@ -206,6 +209,14 @@ class Fleet:
         return sorted({t.card.id for t in self.targets})
 
 
+def _smallest_tp(target: Target) -> int | None:
+    """The least tp at which the target leaves room for KV cache, None past `MAX_TP`:
+    each card adds its own activation buffer, so the need grows with tp."""
+    return next(
+        (tp for tp in range(1, MAX_TP + 1) if replace(target, tp=tp).kv_budget_gb > 0), None
+    )
+
+
 def _field_path(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
@@ -300,14 +311,16 @@ def build_fleet(raw: Any, source: str = "<fleet>") -> Fleet:
                 priorities=frozenset(ts.priorities),
             )
             if target.kv_budget_gb <= 0:
-                need = target.static_gb / (MEMORY_HEADROOM * target.card.memory_gb)
+                need = _smallest_tp(target)
                 raise _fail(
                     source,
                     f"{where}.tp",
                     f"model {ts.model} needs {target.static_gb:.0f} GB for weights and "
                     f"buffers; {ts.tp} x {ts.card} gives {MEMORY_HEADROOM * target.memory_gb:.0f}"
                     " GB usable",
-                    f"set tp >= {int(need) + 1} or place it on a larger card",
+                    "place it on a larger card"
+                    if need is None
+                    else f"set tp >= {need} or place it on a larger card",
                 )
             targets.append(target)
     return Fleet(spec.name, cards, models, tuple(targets), dict(spec.sla), source)
