@@ -54,3 +54,43 @@ def test_a_card_too_small_at_any_tp_asks_for_a_larger_card() -> None:
     }
     with pytest.raises(FleetError, match=r"GB usable; fix: place it on a larger card$"):
         build_fleet(doc, "fleet.yaml")
+
+
+_LLAMA_8B = {
+    "params_b": 8.03,
+    "layers": 32,
+    "kv_heads": 8,
+    "head_dim": 128,
+    "dtype_bytes": 2,
+    "context_window": 131072,
+}
+
+
+@pytest.mark.parametrize(
+    ("degrade_to", "loop"),
+    [
+        ("llama3.1-70b", "llama3.1-8b -> llama3.1-70b -> llama3.1-8b"),  # 70b degrades to 8b
+        ("llama3.1-8b", "llama3.1-8b -> llama3.1-8b"),
+    ],
+)
+def test_a_degrade_loop_is_refused_at_the_model_the_file_wrote(degrade_to: str, loop: str) -> None:
+    """Accepted before; the router follows degrade_to from model to model, and a loop
+    never ends."""
+    doc = {
+        "models": {"llama3.1-8b": {**_LLAMA_8B, "degrade_to": degrade_to}},
+        "targets": [{"id": "a", "model": "llama3.1-8b", "card": "h100"}],
+    }
+    with pytest.raises(FleetError) as err:
+        build_fleet(doc, "fleet.yaml")
+    assert str(err.value) == (
+        f"fleet.yaml: models.llama3.1-8b.degrade_to: degrade loop {loop}; "
+        "fix: remove it, or point it at a model that does not degrade back"
+    )
+
+
+def test_a_degrade_chain_that_ends_is_accepted() -> None:
+    doc = {
+        "models": {"qwen2.5-32b": {**_LLAMA_8B, "params_b": 32.8, "degrade_to": "llama3.1-70b"}},
+        "targets": [{"id": "a", "model": "llama3.1-8b", "card": "h100"}],
+    }
+    assert build_fleet(doc).models["qwen2.5-32b"].degrade_to == "llama3.1-70b"

@@ -217,6 +217,26 @@ def _smallest_tp(target: Target) -> int | None:
     )
 
 
+def _refuse_degrade_cycle(source: str, models: dict[str, ModelSpec], written: set[str]) -> None:
+    """A degrade chain must end: a loop is a request degraded forever. The error names a
+    model the file wrote, where the loop can be cut."""
+    for start in models:
+        chain = [start]
+        while (step := models[chain[-1]].degrade_to) is not None and step not in chain:
+            chain.append(step)
+        if step is None:
+            continue
+        loop = chain[chain.index(step) :]
+        at = next((i for i, m in enumerate(loop) if m in written), 0)
+        loop = loop[at:] + loop[:at]
+        raise _fail(
+            source,
+            f"models.{loop[0]}.degrade_to",
+            f"degrade loop {' -> '.join([*loop, loop[0]])}",
+            "remove it, or point it at a model that does not degrade back",
+        )
+
+
 def _field_path(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
@@ -270,6 +290,7 @@ def build_fleet(raw: Any, source: str = "<fleet>") -> Fleet:
                 f"unknown model {m.degrade_to!r}",
                 f"use one of {sorted(models)}",
             )
+    _refuse_degrade_cycle(source, models, set(spec.models))
     targets: list[Target] = []
     seen: set[str] = set()
     for i, ts in enumerate(spec.targets):
