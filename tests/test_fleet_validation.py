@@ -94,3 +94,65 @@ def test_a_degrade_chain_that_ends_is_accepted() -> None:
         "targets": [{"id": "a", "model": "llama3.1-8b", "card": "h100"}],
     }
     assert build_fleet(doc).models["qwen2.5-32b"].degrade_to == "llama3.1-70b"
+
+
+def _card(**override: object) -> dict[str, object]:
+    card: dict[str, object] = {
+        "name": "X",
+        "generation": "g",
+        "memory_gb": 80,
+        "memory_bandwidth_gbps": 1,
+        "bf16_tflops": 1,
+        "interconnect": "pcie",
+        "interconnect_gbps": 1,
+        "failure_rate_per_hour": 0,
+    }
+    return {**card, **override}
+
+
+def _sla(**high: object) -> dict[str, object]:
+    return {
+        "high": {"ttft_s": 1.5, "share": 0.2, **high},
+        "normal": {"ttft_s": 4.0, "share": 0.6},
+        "low": {"ttft_s": 12.0, "share": 0.2},
+    }
+
+
+_TARGET = {"id": "a", "model": "llama3.1-8b", "card": "h100"}
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [  # each was accepted: true as 1, "4" as 4, .inf as a deadline never missed
+        ({"targets": [{**_TARGET, "count": True}]}, "targets[0].count: Input should be a valid"),
+        ({"targets": [{**_TARGET, "count": "4"}]}, "targets[0].count: Input should be a valid"),
+        ({"targets": [{**_TARGET, "tp": 2.0}]}, "targets[0].tp: Input should be a valid integer"),
+        ({"sla": _sla(ttft_s=float("inf")), "targets": [_TARGET]}, "sla.high.ttft_s: Input"),
+        ({"sla": _sla(ttft_s=float("nan")), "targets": [_TARGET]}, "sla.high.ttft_s: Input"),
+        ({"sla": _sla(share=True), "targets": [_TARGET]}, "sla.high.share: Input should be a"),
+        (
+            {"cards": {"x": _card(memory_gb=float("inf"))}, "targets": [_TARGET]},
+            "cards.x.memory_gb: Input should be a finite number",
+        ),
+        (
+            {"models": {"m": {**_LLAMA_8B, "layers": "32"}}, "targets": [_TARGET]},
+            "models.m.layers: Input should be a valid integer",
+        ),
+        (
+            {"targets": [{**_TARGET, "priorities": ["high", "low", "high"]}]},
+            "targets[0].priorities: high listed twice",
+        ),
+    ],
+)
+def test_loose_values_are_refused(doc: dict[str, object], expected: str) -> None:
+    with pytest.raises(FleetError) as err:
+        build_fleet(doc, "fleet.yaml")
+    assert str(err.value).startswith(f"fleet.yaml: {expected}")
+
+
+def test_numbers_as_yaml_writes_them_still_pass() -> None:
+    """PyYAML reads `1e-5` (no dot) as a string; an int is a fine float."""
+    doc = {"cards": {"x": _card(failure_rate_per_hour="1e-5")}, "targets": [_TARGET]}
+    assert build_fleet(doc).cards["x"].failure_rate_per_hour == 1e-5
+    with pytest.raises(FleetError, match=r"cards.x.memory_gb: Input should be greater than 0"):
+        build_fleet({"cards": {"x": _card(memory_gb=-1)}, "targets": [_TARGET]}, "fleet.yaml")

@@ -13,6 +13,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from slaguard.fleet.validation import Number, Whole
+
 GB = 1e9
 
 
@@ -33,12 +35,12 @@ class CardType(BaseModel):
     id: str = ""
     name: str
     generation: str
-    memory_gb: float = Field(gt=0)
-    memory_bandwidth_gbps: float = Field(gt=0)
-    bf16_tflops: float = Field(gt=0)
+    memory_gb: Number = Field(gt=0)
+    memory_bandwidth_gbps: Number = Field(gt=0)
+    bf16_tflops: Number = Field(gt=0)
     interconnect: Interconnect
-    interconnect_gbps: float = Field(gt=0)
-    failure_rate_per_hour: float = Field(ge=0)
+    interconnect_gbps: Number = Field(gt=0)
+    failure_rate_per_hour: Number = Field(ge=0)
 
 
 class ModelSpec(BaseModel):
@@ -47,14 +49,14 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str = ""
-    params_b: float = Field(gt=0, description="parameters, billions")
-    layers: int = Field(gt=0)
-    kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    dtype_bytes: float = Field(gt=0, description="bytes per weight and per KV element")
-    context_window: int = Field(gt=0)
+    params_b: Number = Field(gt=0, description="parameters, billions")
+    layers: Whole = Field(gt=0)
+    kv_heads: Whole = Field(gt=0)
+    head_dim: Whole = Field(gt=0)
+    dtype_bytes: Number = Field(gt=0, description="bytes per weight and per KV element")
+    context_window: Whole = Field(gt=0)
     degrade_to: str | None = None
-    activation_buffer_gb: float = Field(default=2.0, ge=0)
+    activation_buffer_gb: Number = Field(default=2.0, ge=0)
 
     @property
     def kv_bytes_per_token(self) -> float:

@@ -28,9 +28,11 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from slaguard.fleet.catalogue import CardType, ModelSpec, builtin_cards, builtin_models
 from slaguard.fleet.request import Priority
+from slaguard.fleet.validation import Number, Whole
 from slaguard.userfiles import load_user_yaml
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -52,8 +54,8 @@ class SlaClass(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ttft_s: float = Field(gt=0)
-    share: float = Field(ge=0, le=1)
+    ttft_s: Number = Field(gt=0)
+    share: Number = Field(ge=0, le=1)
 
 
 def _default_sla() -> dict[Priority, SlaClass]:
@@ -72,10 +74,21 @@ class TargetSpec(BaseModel):
     id: str = Field(min_length=1)
     model: str
     card: str
-    tp: int = Field(default=1, ge=1, le=MAX_TP)
-    count: int = Field(default=1, ge=1, le=4096)
+    tp: Whole = Field(default=1, ge=1, le=MAX_TP)
+    count: Whole = Field(default=1, ge=1, le=4096)
     url: str | None = None
     priorities: list[Priority] = Field(default_factory=lambda: list(Priority), min_length=1)
+
+    @field_validator("priorities")
+    @classmethod
+    def _each_once(cls, priorities: list[Priority]) -> list[Priority]:
+        """A priority listed twice is a slip (one meant another), not a weight."""
+        twice = sorted({p.value for p in priorities if priorities.count(p) > 1})
+        if twice:
+            raise PydanticCustomError(
+                "duplicate_priority", "{twice} listed twice", {"twice": ", ".join(twice)}
+            )
+        return priorities
 
     @field_validator("url")
     @classmethod
