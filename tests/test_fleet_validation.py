@@ -156,3 +156,81 @@ def test_numbers_as_yaml_writes_them_still_pass() -> None:
     assert build_fleet(doc).cards["x"].failure_rate_per_hour == 1e-5
     with pytest.raises(FleetError, match=r"cards.x.memory_gb: Input should be greater than 0"):
         build_fleet({"cards": {"x": _card(memory_gb=-1)}, "targets": [_TARGET]}, "fleet.yaml")
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [  # each said "fix: correct the value"
+        (
+            {
+                "models": {"qwen2.5-32b": {**_LLAMA_8B, "degrade": "llama3.1-8b"}},
+                "targets": [_TARGET],
+            },
+            "models.qwen2.5-32b.degrade: unknown key; fix: remove it, or use one of "
+            "activation_buffer_gb, context_window, degrade_to, dtype_bytes, head_dim, kv_heads, "
+            "layers, params_b (did you mean 'degrade_to'?)",
+        ),
+        (
+            {"targets": [{**_TARGET, "prioritys": ["high"]}]},
+            "targets[0].prioritys: unknown key; fix: remove it, or use one of card, count, id, "
+            "model, priorities, tp, url (did you mean 'priorities'?)",
+        ),
+        (
+            {"targets": [_TARGET], "colour": "red"},
+            "colour: unknown key; fix: remove it, or use one of cards, models, name, sla, targets",
+        ),
+        (
+            {"targetz": [_TARGET]},
+            "targets: Field required; fix: add it (the key 'targetz' here is probably a typo "
+            "of it)",
+        ),
+        (
+            {"targets": [{"id": "a", "model": "llama3.1-8b", "cards": "h100"}]},
+            "targets[0].card: Field required; fix: add it (the key 'cards' here is probably a "
+            "typo of it)",
+        ),
+        (
+            {"targets": [{"id": "a", "card": "h100"}]},
+            "targets[0].model: Field required; fix: add it",
+        ),
+        (
+            {"sla": {**_sla(), "nromal": _sla()["normal"]}, "targets": [_TARGET]},
+            "sla.nromal: Input should be 'high', 'normal' or 'low' (got 'nromal'); "
+            "fix: use one of high, normal, low (did you mean 'normal'?)",
+        ),
+        (
+            {"targets": [{**_TARGET, "priorities": ["hgih"]}]},
+            "targets[0].priorities[0]: Input should be 'high', 'normal' or 'low' (got 'hgih'); "
+            "fix: use one of high, normal, low (did you mean 'high'?)",
+        ),
+        (
+            {"cards": {"x": _card(interconnect="nvlnk")}, "targets": [_TARGET]},
+            "cards.x.interconnect: Input should be 'nvlink', 'pcie', 'hccs' or 'mlulink' "
+            "(got 'nvlnk'); fix: use one of nvlink, pcie, hccs, mlulink (did you mean 'nvlink'?)",
+        ),
+        (
+            {"cards": {"x": _card(memory_gb=-32.8)}, "targets": [_TARGET]},
+            "cards.x.memory_gb: Input should be greater than 0 (got -32.8); "
+            "fix: use a number above 0",
+        ),
+        (
+            {"models": {"m": {**_LLAMA_8B, "activation_buffer_gb": -1}}, "targets": [_TARGET]},
+            "models.m.activation_buffer_gb: Input should be greater than or equal to 0 (got -1); "
+            "fix: use a number of at least 0",
+        ),
+        (
+            {"targets": [{**_TARGET, "tp": 65}]},
+            "targets[0].tp: Input should be less than or equal to 64 (got 65); "
+            "fix: use a number of at most 64",
+        ),
+        (
+            {"targets": [{**_TARGET, "count": True}]},
+            "targets[0].count: Input should be a valid integer (got True); "
+            "fix: write a whole number, like 2, without quotes",
+        ),
+    ],
+)
+def test_a_mistake_says_the_fix_that_is_known(doc: dict[str, object], expected: str) -> None:
+    with pytest.raises(FleetError) as err:
+        build_fleet(doc, "fleet.yaml")
+    assert str(err.value) == f"fleet.yaml: {expected}"

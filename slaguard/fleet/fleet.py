@@ -32,7 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from slaguard.fleet.catalogue import CardType, ModelSpec, builtin_cards, builtin_models
 from slaguard.fleet.request import Priority
-from slaguard.fleet.validation import Number, Whole
+from slaguard.fleet.validation import Number, Whole, explain
 from slaguard.userfiles import load_user_yaml
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -250,13 +250,6 @@ def _refuse_degrade_cycle(source: str, models: dict[str, ModelSpec], written: se
         )
 
 
-def _field_path(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def _fail(source: str, field: str, problem: str, fix: str) -> FleetError:
     return FleetError(f"{source}: {field}: {problem}; fix: {fix}")
 
@@ -269,9 +262,8 @@ def _catalogue(
         try:
             out[key] = cls.model_validate({**entry, "id": key})
         except ValidationError as exc:
-            err = exc.errors()[0]
-            field = f"{section}.{key}.{_field_path(err['loc'])}"
-            raise _fail(source, field, err["msg"], "correct the value") from None
+            field, problem, fix = explain(exc.errors(), cls, hidden=frozenset({"id"}))
+            raise _fail(source, f"{section}.{key}.{field}", problem, fix) from None
     return out
 
 
@@ -285,14 +277,10 @@ def build_fleet(raw: Any, source: str = "<fleet>") -> Fleet:
         err = exc.errors()[0]
         if err["type"] == "value_error" and not err["loc"]:  # a check across fields
             raise FleetError(f"{source}: {err['ctx']['error']}") from None
-        value = err.get("input")
-        shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
-        fix = (
-            "write the backend's base URL, like http://10.0.0.5:8000"
-            if err["loc"][-1:] == ("url",)
-            else "correct the value"
-        )
-        raise _fail(source, _field_path(err["loc"]), f"{err['msg']}{shown}", fix) from None
+        field, problem, fix = explain(exc.errors(), FleetFile)
+        if err["loc"][-1:] == ("url",):
+            fix = "write the backend's base URL, like http://10.0.0.5:8000"
+        raise _fail(source, field, problem, fix) from None
     cards = _catalogue(source, "cards", {**builtin_cards(), **spec.cards}, CardType)
     models = _catalogue(source, "models", {**builtin_models(), **spec.models}, ModelSpec)
     for mid, m in models.items():
