@@ -212,3 +212,29 @@ def test_fleet_show_prints_names_as_written_and_whole_when_piped(tmp_path: Path)
     shown = CliRunner().invoke(app, ["fleet", "show", "--fleet", str(path)])
     assert shown.exit_code == 0, shown.output
     assert "prod[/] [eu-west]" in shown.stdout and long_id in shown.stdout
+
+
+def test_a_model_some_priorities_can_never_reach_is_warned_about(tmp_path: Path) -> None:
+    """Served only at `low` and degrading nowhere, qwen's high and normal requests were all
+    refused (rejected in a simulation) with no word at load time."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "targets:\n"
+        "  - {id: h200-qwen, model: qwen2.5-32b, card: h200, count: 2, priorities: [low]}\n"
+        "  - {id: l40s-8b, model: llama3.1-8b, card: l40s, count: 4}\n"
+    )
+    fleet = load_fleet(path)
+    assert fleet.notes == (
+        f"{path}: qwen2.5-32b is served only at low: requests at high, normal are refused; "
+        "fix: add a target serving them, or a degrade_to for qwen2.5-32b",
+    )
+    shown = CliRunner().invoke(app, ["fleet", "show", "--fleet", str(path)])
+    assert shown.exit_code == 0
+    assert shown.stderr.count("warning: ") == 1 and "qwen2.5-32b is served only at low" in (
+        shown.stderr
+    )
+    path.write_text(
+        path.read_text() + "  - {id: a100-qwen, model: qwen2.5-32b, card: a100, tp: 2,"
+        " priorities: [high, normal]}\n"
+    )
+    assert load_fleet(path).notes == ()

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from slaguard.cli.errors import fail
 from slaguard.fleet import Fleet, FleetError, load_fleet
-from slaguard.plaintext import inert
+from slaguard.plaintext import inert, visible
 
 app = typer.Typer(help="Inspect and validate fleet files.", no_args_is_help=True)
 
@@ -29,6 +29,8 @@ def load_or_fail(path: Path | None) -> Fleet:
 def show(fleet_file: Path | None = FleetOption) -> None:
     """Validate a fleet file and print every routing target with its KV budget."""
     fleet = load_or_fail(fleet_file)
+    for note in fleet.notes:
+        typer.echo(f"warning: {visible(note)}", err=True)
     table = Table(title=inert(f"{fleet.name} ({fleet.source}): {len(fleet)} targets"))
     for col in ("target", "model", "card", "tp", "V_h GB", "static GB", "V_kv GB", "priorities"):
         table.add_column(col, justify="right" if "GB" in col or col == "tp" else "left")

@@ -29,6 +29,7 @@ from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.cli.output import check_writable, writing
 from slaguard.fleet import Fleet
 from slaguard.guard.guard import Guard
+from slaguard.plaintext import visible
 from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, RolloutPlan
 from slaguard.sim.audit_sink import AuditObserver
 from slaguard.sim.engine import SimOptions, Simulation
@@ -285,6 +286,8 @@ def simulate(
     if report_json is not None:
         check_writable(report_json, "--report-json")
     fleet = load_or_fail(fleet_file)
+    for note in fleet.notes:
+        print(f"warning: {visible(note)}", file=sys.stderr)
     workload, schedule, trace_path = prepare(
         fleet, trace, trace_format, faults, seed, duration, rate_scale
     )

@@ -198,6 +198,20 @@ class Fleet:
         return {m: frozenset(p) for m, p in served.items()}
 
     @cached_property
+    def notes(self) -> tuple[str, ...]:
+        """What in this fleet will not act as its author may expect, one line each: a model
+        some targets serve that requests at some priority can never reach (they are
+        refused, 422 from the service, rejected in a simulation)."""
+        everyone, targeted = set(Priority), {t.model.id for t in self.targets}
+        return tuple(
+            f"{self.source}: {model} is served only at {_listed(served)}: requests at "
+            f"{_listed(everyone - served)} are refused; fix: add a target serving them, or "
+            f"a degrade_to for {model}"
+            for model, served in self.servable_priorities.items()
+            if model in targeted and everyone - served
+        )
+
+    @cached_property
     def card_ids(self) -> tuple[str, ...]:
         return tuple(t.card.id for t in self.targets)
 
@@ -356,3 +370,7 @@ def load_fleet(path: str | Path | None = None) -> Fleet:
     p = Path(path)
     raw = load_user_yaml(p, FleetError, "fleet file")
     return build_fleet(raw, str(p))
+
+
+def _listed(priorities: frozenset[Priority] | set[Priority]) -> str:
+    return ", ".join(p.value for p in Priority if p in priorities)

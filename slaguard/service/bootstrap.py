@@ -117,6 +117,8 @@ def build_service(
     """Everything `slaguard serve` runs, not yet serving (raises FleetError,
     DatabaseUrlError, NotifyConfigError, SchemaNotCurrentError on user mistakes)."""
     fleet = load_fleet(config.fleet)
+    for note in fleet.notes:
+        log.warning("fleet: %s", note)
     if notifier is None:  # a notifier mistake is refused before the database is touched
         notifier = notifier_from_env(notify_file=config.notify_file)
     url = resolve_db_url(config.db)
