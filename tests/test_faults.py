@@ -131,7 +131,33 @@ BAD = [
         "faults:\n  - {kind: jitter, target: x, start_s: 1, end_s: soon, factor: 2}\n",
         "2",
         "faults[0].end_s: Input should be a valid number",
-        "write a number",
+        "write an unquoted number",
+    ),
+    (
+        "faults:\n  - kind: jitter\n    target: x\n    start_s: 1\n    end_s: 2\n"
+        "    factor: true\n",
+        "6",
+        "faults[0].factor: Input should be a valid number (got true)",
+        "true/false are not numbers",
+    ),
+    (
+        "faults:\n  - {kind: fail, target: x, start_s: '5', end_s: 9}\n",
+        "2",
+        "faults[0].start_s: Input should be a valid number (got '5')",
+        "write an unquoted number",
+    ),
+    (
+        "faults:\n  - {kind: hot_prompt, start_s: 1, end_s: 2, share: 0.5, prompt_tokens: 60.5}\n",
+        "2",
+        "faults[0].prompt_tokens: Input should be a valid integer (got 60.5)",
+        "whole number",
+    ),
+    (
+        "faults:\n  - {kind: hot_prompt, start_s: 1, end_s: 2, share: 0.5, prompt_tokens: 9,"
+        " output_tokens: false}\n",
+        "2",
+        "faults[0].output_tokens: Input should be a valid integer (got false)",
+        "whole number",
     ),
     ("faults: [\n", "2", "invalid YAML", "correct the syntax"),
     ("- a\n- b\n", "1", "not a mapping", "start the file with `faults:`"),

@@ -40,7 +40,8 @@ class FaultError(ValueError):
 
 
 class _Window(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+    # strict: YAML `true` is not a factor of 1, nor `"3"` or 2.5 a token count
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False, strict=True)
 
     start_s: float = Field(ge=0)
     end_s: float = math.inf
@@ -116,7 +117,7 @@ _KIND_MODELS: dict[str, type[_Window]] = {
 class FaultScenario(BaseModel):
     """The whole file: `faults:` and anything else the author wants to keep alongside."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     faults: list[Fault] = Field(default_factory=list)
 
@@ -210,8 +211,8 @@ _FIXES = {
     "greater_than": "use a larger value",
     "greater_than_equal": "use a larger value",
     "less_than_equal": "use a smaller value",
-    "float_parsing": "write a number",
-    "int_parsing": "write a whole number",
+    "float_type": "write an unquoted number such as 3 or 2.5 (true/false are not numbers)",
+    "int_type": "write an unquoted whole number such as 6000",
     "string_type": "write a name",
     "union_tag_invalid": f"use a kind among {', '.join(KINDS)}",
     "union_tag_not_found": f"add `kind:` ({', '.join(KINDS)})",
@@ -226,7 +227,8 @@ def _validation_error(source: str, root: yaml.Node | None, exc: ValidationError)
     line = _node_line(root, loc)
     where = f"{source}:{line}" if line is not None else source
     value = err.get("input")
-    shown = f" (got {value!r})" if not isinstance(value, dict | list) and value is not None else ""
+    text = str(value).lower() if isinstance(value, bool) else repr(value)  # as YAML spells it
+    shown = f" (got {text})" if not isinstance(value, dict | list) and value is not None else ""
     fix = _FIXES.get(err["type"], "correct the value")
     message = str(err["msg"]).removeprefix("Value error, ")
     return FaultError(f"{where}: {_field(loc) or 'faults'}: {message}{shown}; fix: {fix}")
