@@ -110,9 +110,28 @@ BAD_INPUTS = [
     ("what.txt", "hello\n", "1", "cannot tell the trace format"),
     (
         "json.jsonl",
-        '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{oops\n',
+        '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": []}\n{oops\n',
         "2",
         "invalid JSON",
+    ),
+    (
+        "frac.jsonl",
+        '{"timestamp": 0.5, "input_length": 5.0, "output_length": 1, "hash_ids": [1]}\n'
+        '{"timestamp": 1, "input_length": 100.7, "output_length": 10, "hash_ids": [1]}\n',
+        "2",
+        "input_length is 100.7, not a token count",
+    ),
+    (
+        "out.jsonl",
+        '{"timestamp": 1, "input_length": 100, "output_length": 0.5, "hash_ids": [1]}\n',
+        "1",
+        "output_length is 0.5, not a token count",
+    ),
+    (
+        "noids.jsonl",
+        '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_id": [1]}\n',
+        "1",
+        "missing field 'hash_ids'",
     ),
     ("key.jsonl", '\n{"timestamp": 0, "input_length": 5}\n', "2", "missing field 'output_length'"),
     (

@@ -188,6 +188,8 @@ def _mooncake_number(p: Path, line: int, row: dict[str, Any], field: str) -> flo
         or not 0 <= value < _MOONCAKE_MAX
     ):
         raise _error(p, line, f"{field} is {value!r}, not a number >= 0", "write a number")
+    if field != "timestamp" and value != int(value):  # as the Azure loader: never truncated
+        raise _error(p, line, f"{field} is {value!r}, not a token count", "write a whole number")
     return float(value)
 
 
@@ -197,7 +199,9 @@ time or a length: NaN timestamps made the replay loop forever."""
 
 
 def _mooncake_blocks(p: Path, line: int, row: dict[str, Any]) -> list[int]:
-    blocks = row.get("hash_ids", [])
+    if "hash_ids" not in row:  # a typo'd key would silently turn prefix reuse off
+        raise _error(p, line, "missing field 'hash_ids'", "write [] for a request without prefix")
+    blocks = row["hash_ids"]
     if not isinstance(blocks, list) or not all(
         isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 2**63 for b in blocks
     ):
