@@ -94,6 +94,43 @@ def test_extra_fields_are_welcome() -> None:
     assert parse_faults("").faults == () and parse_faults("faults:\n").faults == ()
 
 
+def test_unknown_keys_are_named_top_level_and_per_entry() -> None:
+    schedule = parse_faults(
+        "name: rehearsal\nfaults:\n  - {kind: fail, target: x, start_s: 1, end_s: 2, end: 3}\n",
+        "s.yaml",
+    )
+    assert schedule.notes[0] == (
+        "s.yaml:1: name: not a scenario key, ignored (the file's only key is faults)"
+    )
+    assert schedule.notes[1].startswith("s.yaml:3: faults[0].end: not a field of a fail fault")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "# a typo\nfault:\n  - {kind: fail, target: x, start_s: 1, end_s: 2}\n",
+            "s.yaml:2: fault: unknown key 'fault' and no `faults:`; "
+            "fix: did you mean `faults:`? rename it",
+        ),
+        (
+            "Faults: []\n",
+            "s.yaml:1: Faults: unknown key 'Faults' and no `faults:`; "
+            "fix: did you mean `faults:`? rename it",
+        ),
+        (
+            "name: rehearsal\n",
+            "s.yaml:1: name: unknown key 'name' and no `faults:`; fix: add `faults:` entries",
+        ),
+    ],
+)
+def test_a_file_without_faults_but_other_keys_is_refused(text: str, message: str) -> None:
+    """`fault:` for `faults:` ran with no faults and only a warning."""
+    with pytest.raises(FaultError) as caught:
+        parse_faults(text, "s.yaml")
+    assert str(caught.value) == message
+
+
 BAD = [
     (
         "faults:\n  - kind: jitter\n    target: x\n    start_s: 1\n    end_s: 2\n",

@@ -246,10 +246,11 @@ def test_a_scenario_that_would_not_act_as_written_is_warned_about(tmp_path: Path
     nothing.write_text(
         "fault:\n  - {kind: jitter, target: l40s, start_s: 1, end_s: 5, factor: 2}\n"
     )
-    result = runner.invoke(
-        app, ["simulate", "--trace", str(AZURE_FIXTURE), "--faults", str(nothing)]
+    # the file means nothing: refused, not run without faults
+    assert one_line_error("--trace", str(AZURE_FIXTURE), "--faults", str(nothing)) == (
+        f"error: {nothing}:1: fault: unknown key 'fault' and no `faults:`; "
+        "fix: did you mean `faults:`? rename it\n"
     )
-    assert f"warning: {nothing}: no `faults:` entries: the run has no faults" in result.stderr
 
 
 def test_a_trace_path_is_printed_as_written(tmp_path: Path) -> None:

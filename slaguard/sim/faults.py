@@ -9,8 +9,9 @@ factor. Arrival-side faults (load_spike, hot_prompt) are applied to the trace up
 
 from __future__ import annotations
 
+import difflib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -105,13 +106,9 @@ Fault = Annotated[
 ]
 
 
-_KIND_MODELS: dict[str, type[_Window]] = {
-    "jitter": JitterFault,
-    "fail": FailFault,
-    "hot_prompt": HotPromptFault,
-    "new_model": NewModelFault,
-    "load_spike": LoadSpikeFault,
-}
+_KIND_MODELS: dict[str, type[_Window]] = dict(
+    zip(KINDS, (JitterFault, FailFault, HotPromptFault, NewModelFault, LoadSpikeFault), strict=True)
+)
 
 
 class FaultScenario(BaseModel):
@@ -199,6 +196,12 @@ def _node_line(root: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None
     return line
 
 
+def _key_line(root: yaml.Node | None, key: object) -> int:
+    """Line of a top-level key itself (its value, a list, may start on the next line)."""
+    keys = root.value if isinstance(root, yaml.MappingNode) else []
+    return next((k.start_mark.line + 1 for k, _ in keys if k.value == str(key)), 1)
+
+
 def _field(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
@@ -277,6 +280,13 @@ def parse_faults(text: str, source: str = "<faults>", fleet: Fleet | None = None
         raw = {}
     if not isinstance(raw, dict):
         raise FaultError(f"{source}:1: not a mapping; fix: start the file with `faults:`")
+    if "faults" not in raw and raw:  # `fault:` for `faults:`: the file would mean nothing
+        key = str(next(iter(raw)))
+        near = difflib.get_close_matches(key.lower(), ["faults"], cutoff=0.6)
+        raise FaultError(
+            f"{source}:{_key_line(root, key)}: {key}: unknown key {key!r} and no `faults:`; "
+            f"fix: {'did you mean `faults:`? rename it' if near else 'add `faults:` entries'}"
+        )
     if raw.get("faults") is None:
         raw = {**raw, "faults": []}
     try:
@@ -290,10 +300,15 @@ def parse_faults(text: str, source: str = "<faults>", fleet: Fleet | None = None
 
 
 def _unknown_keys(source: str, root: yaml.Node | None, raw: dict[str, Any]) -> tuple[str, ...]:
-    """Keys a fault kind does not have: kept (the schema welcomes more fields), but a typo
-    like `end:` for `end_s:` would otherwise silently change the scenario."""
-    notes = []
-    if "faults" not in raw or not raw["faults"]:
+    """Keys the file or a fault kind does not have: kept (the schema welcomes more fields),
+    but a typo like `end:` for `end_s:` would otherwise silently change the scenario."""
+    notes = [
+        f"{source}:{_key_line(root, key)}: {key}: not a scenario key, ignored "
+        "(the file's only key is faults)"
+        for key in raw
+        if key != "faults"
+    ]
+    if not raw["faults"]:
         notes.append(f"{source}: no `faults:` entries: the run has no faults")
     for i, entry in enumerate(raw.get("faults") or []):
         kind = _KIND_MODELS.get(entry.get("kind", "")) if isinstance(entry, dict) else None
@@ -339,16 +354,10 @@ def _load_spike(trace: Trace, f: LoadSpikeFault, rng: np.random.Generator) -> Tr
     end = min(f.end_s, float(trace.arrival_s[-1]))
     copies = trace.take(rng.choice(rows, extra))
     first_new = int(trace.row_id.max()) + 1
-    copies = Trace(
-        copies.name,
-        copies.source,
-        np.sort(rng.uniform(f.start_s, end, extra)),
-        copies.prompt_tokens,
-        copies.output_tokens,
-        np.arange(first_new, first_new + extra, dtype=np.int64),
-        copies.prefix_key,
-        copies.block_offsets,
-        copies.blocks,
+    copies = replace(
+        copies,
+        arrival_s=np.sort(rng.uniform(f.start_s, end, extra)),
+        row_id=np.arange(first_new, first_new + extra, dtype=np.int64),
     )
     return concat_traces(trace, copies)
 
@@ -371,16 +380,13 @@ def _hot_prompt(trace: Trace, f: HotPromptFault, index: int, rng: np.random.Gene
         output[chosen] = f.output_tokens
     keys = trace.prefix_key.copy()
     keys[chosen] = prefix_key_of(hot)
-    return Trace(
-        trace.name,
-        trace.source,
-        trace.arrival_s,
-        prompt,
-        output,
-        trace.row_id,
-        keys,
-        new_offsets,
-        blocks,
+    return replace(
+        trace,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        prefix_key=keys,
+        block_offsets=new_offsets,
+        blocks=blocks,
     )
 
 
