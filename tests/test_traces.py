@@ -73,6 +73,28 @@ def test_format_is_detected_by_content_not_by_name(tmp_path: Path) -> None:
     assert detect_format(MOONCAKE) is TraceFormat.MOONCAKE
 
 
+@pytest.mark.parametrize(
+    "header",
+    [
+        "GeneratedTokens,TIMESTAMP,ContextTokens",
+        '"ContextTokens", "GeneratedTokens", "TIMESTAMP"',
+        "\ufeffTIMESTAMP,ContextTokens,GeneratedTokens",
+    ],
+)
+def test_azure_is_detected_by_column_names_in_any_order(tmp_path: Path, header: str) -> None:
+    """Only the first cell was looked at: reordered columns could not be detected."""
+    rows = AZURE.read_text(encoding="utf-8").splitlines()[1:]
+    order = [c.strip(' "\ufeff') for c in header.split(",")]
+    index = {name: i for i, name in enumerate(("TIMESTAMP", "ContextTokens", "GeneratedTokens"))}
+    lines = [",".join(r.split(",")[index[c]] for c in order) for r in rows]
+    path = tmp_path / "reordered.csv"
+    path.write_text("\n".join([header, *lines]) + "\n", encoding="utf-8")
+    assert detect_format(path) is TraceFormat.AZURE
+    trace, original = load_trace(path), load_trace(AZURE)
+    assert trace.prompt_tokens.tolist() == original.prompt_tokens.tolist()
+    assert trace.arrival_s.tolist() == original.arrival_s.tolist()
+
+
 def test_explicit_format_overrides_detection(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"azure_conv_200\.csv:1: invalid JSON"):
         load_trace(AZURE, trace_format="mooncake")

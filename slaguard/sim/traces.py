@@ -7,6 +7,7 @@ Arrival times become seconds from the first arrival.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from enum import StrEnum
@@ -27,7 +28,7 @@ _FORMAT_FIX = "pass the format explicitly (--trace-format azure or mooncake)"
 
 
 class TraceFormat(StrEnum):
-    """Which loader reads a file; AUTO looks at the first non-empty line."""
+    """Which loader reads a file; AUTO looks at the first non-empty line (JSON or a header)."""
 
     AUTO = "auto"
     AZURE = "azure"
@@ -67,12 +68,15 @@ def _first_content_line(path: Path) -> tuple[int, str]:
 
 
 def detect_format(path: str | Path) -> TraceFormat:
-    """`{` on the first non-empty line -> Mooncake JSONL; a TIMESTAMP header -> Azure CSV."""
+    """`{` on the first non-empty line -> Mooncake JSONL; a header naming an Azure column, in
+    any position (pandas reads the columns by name) -> Azure CSV, whose loader then names
+    any column missing."""
     p = Path(path)
     number, text = _first_content_line(p)
     if text.startswith("{"):
         return TraceFormat.MOONCAKE
-    if "TIMESTAMP" in text.split(",")[0].upper():
+    header = {cell.strip().upper() for cell in next(csv.reader([text.lstrip("\ufeff")]))}
+    if header & {c.upper() for c in AZURE_COLUMNS}:
         return TraceFormat.AZURE
     raise _error(p, number, f"cannot tell the trace format from {text[:40]!r}", _FORMAT_FIX)
 
