@@ -236,3 +236,26 @@ def test_summary_shows_the_issue_rows(rollout_run: SimRun) -> None:
         "mode -> rollout(10)",
     ):
         assert needle in text, needle
+
+
+def test_summary_timeline_is_in_time_order_trip_before_its_switch(rollout_run: SimRun) -> None:
+    """Trips were printed first, then every mode change, whatever their times."""
+    trip = {"subject": "l40s", "evidence": {}}
+    guard = {
+        "trips": [
+            {**trip, "detector": "late", "at_s": 50.0},
+            {**trip, "detector": "hot_spot", "at_s": 20.0},
+            {**trip, "detector": "tier_load", "at_s": 20.0},
+        ],
+        "mode_timeline": [
+            {"at_s": 0.0, "mode": "round_robin", "reason": "start"},
+            {"at_s": 10.0, "mode": "rollout(10)", "reason": "plan"},
+            {"at_s": 20.0, "mode": "held_round_robin", "reason": "guard"},
+        ],
+    }
+    console = Console(record=True, width=140)
+    print_summary({**rollout_run.report, "guard": guard}, console)
+    text = console.export_text()
+    events = ["rollout(10)", "trip hot_spot", "trip tier_load", "held_round_robin", "trip late"]
+    places = [text.index(event) for event in events]
+    assert places == sorted(places)

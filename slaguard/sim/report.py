@@ -175,11 +175,15 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
         tl = Table(title="guard: trips and mode timeline")
         for col in ("at s", "event", "detail"):
             tl.add_column(col)
+        # one time line: a trip sorts before the mode change it caused at the same time
+        rows: list[tuple[float, int, str, Text]] = []
         for trip in g["trips"]:
             subject = _plain(trip["subject"])
             if not trip.get("switched", True):  # the baseline: the breaker holds the plan
                 subject += " (no switch: already round-robin)"
-            tl.add_row(f"{trip['at_s']:.1f}", f"trip {trip['detector']}", subject)
+            rows.append((trip["at_s"], 0, f"trip {trip['detector']}", subject))
         for m in g["mode_timeline"][1:]:
-            tl.add_row(f"{m['at_s']:.1f}", f"mode -> {m['mode']}", _plain(m["reason"]))
+            rows.append((m["at_s"], 1, f"mode -> {m['mode']}", _plain(m["reason"])))
+        for at_s, _, event, detail in sorted(rows, key=lambda row: row[:2]):
+            tl.add_row(f"{at_s:.1f}", event, detail)
         console.print(tl)
