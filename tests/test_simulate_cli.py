@@ -240,7 +240,7 @@ def test_a_scenario_that_would_not_act_as_written_is_warned_about(tmp_path: Path
         # before the drain ends a target-side fault still meets the queued requests
         f"warning: {typo}: faults[3] (fail) starts at 100 s, after the trace's last "
         f"arrival at {warnings[1].split('arrival at ')[1].split(' s')[0]} s: it hits only "
-        "requests still in flight",
+        "requests still in flight then (nothing if the run has drained by then)",
     ]
     nothing = tmp_path / "nothing.yaml"
     nothing.write_text(

@@ -110,7 +110,11 @@ def _warn(schedule: FaultSchedule, trace: Trace, rate_scale: float) -> None:
             continue
         # a target-side fault still meets the requests queued when the arrivals stop
         in_flight = fault.kind not in ARRIVAL_KINDS and fault.start_s <= run_end
-        hits = "only requests still in flight" if in_flight else "nothing"
+        hits = (
+            "only requests still in flight then (nothing if the run has drained by then)"
+            if in_flight
+            else "nothing"
+        )
         notes.append(
             f"{schedule.source}: faults[{i}] ({fault.kind}) starts at {fault.start_s:g} s, "
             f"after the trace's last arrival at {last:.0f} s: it hits {hits}"
