@@ -227,6 +227,10 @@ def test_bad_input_gets_one_line_and_exit_2(db: str, tmp_path: Path) -> None:
     assert "--mode: unknown fleet mode 'rollout(ten)'" in one_line_error(
         "audit", "decisions", "--db", db, "--mode", "rollout(ten)"
     )
+    # a resume --stage 30 enters rollout(30): the answer listed the plan's stages only
+    assert "or rollout(N) with N in 1..100 (the plan's stages" in one_line_error(
+        "audit", "decisions", "--db", db, "--mode", "rollout(0)"
+    )
     # past 2**63 SQLite's driver raised OverflowError (a traceback)
     for limit in ("99999999999999999999", "-1"):
         assert one_line_error("audit", "decisions", "--db", db, "--limit", limit) == (

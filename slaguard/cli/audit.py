@@ -119,7 +119,8 @@ def _mode_label(label: str) -> str:
     except ValueError:
         fail(
             f"--mode: unknown fleet mode {label!r}; use round_robin, held_round_robin, "
-            "learned or rollout(10|50|100)"
+            "learned or rollout(N) with N in 1..100 (the plan's stages: 10, 50, 100; a resume "
+            "--stage can enter any)"
         )
 
 
