@@ -45,8 +45,9 @@ from slaguard.guard.config import BreakerConfig, GuardConfig
 from slaguard.guard.guard import Guard
 from slaguard.guard.modes import ModeState
 from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, RolloutPlan
+from slaguard.sim.arrival_faults import apply_arrival_faults
 from slaguard.sim.engine import SimOptions, Simulation
-from slaguard.sim.faults import FaultSchedule, apply_arrival_faults, parse_faults
+from slaguard.sim.faults import FaultSchedule, parse_faults
 from slaguard.sim.guarded import GuardController, releases_from
 from slaguard.sim.observers import FixedPolicy, SimObserver
 from slaguard.sim.paths import default_trace_path, mooncake_trace_path

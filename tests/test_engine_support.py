@@ -14,8 +14,9 @@ import numpy as np
 
 from slaguard.fleet import Fleet
 from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, FleetMode
+from slaguard.sim.arrival_faults import apply_arrival_faults
 from slaguard.sim.engine import SimOptions, Simulation
-from slaguard.sim.faults import FaultSchedule, apply_arrival_faults, parse_faults
+from slaguard.sim.faults import FaultSchedule, parse_faults
 from slaguard.sim.observers import FixedPolicy, SimObserver
 from slaguard.sim.report import build_report
 from slaguard.sim.results import Results

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slaguard.sim.faults import apply_arrival_faults, hot_prompt_blocks, parse_faults
+from slaguard.sim.arrival_faults import apply_arrival_faults, hot_prompt_blocks
+from slaguard.sim.faults import parse_faults
 from slaguard.sim.synthetic import synthetic_trace
 from slaguard.sim.trace import NO_PREFIX, Trace
 from slaguard.sim.traces import load_trace

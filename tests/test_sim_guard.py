@@ -24,8 +24,9 @@ from slaguard.guard.guard import Guard
 from slaguard.guard.modes import ModeState
 from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, FleetMode, RolloutPlan
 from slaguard.scheduler.state import JITTER_Z
+from slaguard.sim.arrival_faults import apply_arrival_faults
 from slaguard.sim.engine import SimOptions, Simulation
-from slaguard.sim.faults import FaultSchedule, apply_arrival_faults, parse_faults
+from slaguard.sim.faults import FaultSchedule, parse_faults
 from slaguard.sim.guarded import NEW_VERSION, GuardController, releases_from
 from slaguard.sim.observers import FixedPolicy, SimObserver
 from slaguard.sim.report import build_report

@@ -31,15 +31,10 @@ from slaguard.fleet import Fleet
 from slaguard.guard.guard import Guard
 from slaguard.plaintext import visible
 from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, RolloutPlan
+from slaguard.sim.arrival_faults import apply_arrival_faults
 from slaguard.sim.audit_sink import AuditObserver
 from slaguard.sim.engine import SimOptions, Simulation
-from slaguard.sim.faults import (
-    ARRIVAL_KINDS,
-    FaultError,
-    FaultSchedule,
-    apply_arrival_faults,
-    load_faults,
-)
+from slaguard.sim.faults import ARRIVAL_KINDS, FaultError, FaultSchedule, load_faults
 from slaguard.sim.guarded import GuardController, releases_from
 from slaguard.sim.observers import FixedPolicy, RolloutController, SimObserver
 from slaguard.sim.paths import default_trace_path

@@ -4,10 +4,10 @@ The discrete-event engine and the report build on these; nothing here depends on
 scheduler.
 """
 
+from slaguard.sim.arrival_faults import apply_arrival_faults
 from slaguard.sim.faults import (
     FaultError,
     FaultSchedule,
-    apply_arrival_faults,
     load_faults,
     parse_faults,
 )
