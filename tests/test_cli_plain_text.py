@@ -77,14 +77,16 @@ def test_audit_tables_show_the_text_as_written(db: str) -> None:
 
 
 def test_guard_commands_show_the_text_as_written(db: str) -> None:
-    said = shown("resume", "--reason", REASON, "--actor", "ops", "--db", db)
-    assert said == f"fleet resumed at rollout(10) by ops ({visible(REASON)})\n"
+    said = shown("rollback", "--reason", REASON, "--actor", "ops", "--db", db)
+    assert said == (
+        f"rollout 'rollout(50)' aborted: fleet on round_robin by ops ({visible(REASON)})\n"
+    )
     history = shown("history", "--db", db, "--since", "-1h")
     assert f"│ ops   │ {visible(REASON)} " in history
     incidents = shown("incidents", "--db", db)
     assert f"│ {visible(PREFIX)} │" in incidents
     status = shown("status", "--db", db).splitlines()
-    assert status[1] == f"why:          {visible(REASON)} (manual_resume)"
+    assert status[1] == f"why:          {visible(REASON)} (manual_rollback)"
     assert status[2] == "who:          ops (version 4)"  # after the run's three switches
     assert status[7].startswith(f"  #1 ttft_zscore on {visible(PREFIX)} (page), opened ")
 

@@ -60,6 +60,7 @@ def test_changes_say_what_happened_once_and_are_idempotent(audit_engine: Engine)
         change(audit_engine, "rollback", "--reason", "drill"),
         change(audit_engine, "resume", "--stage", "50", "--actor", "alice", "--reason", "ok"),
         change(audit_engine, "resume", "--stage", "50"),
+        change(audit_engine, "resume"),
         change(audit_engine, "rollback", "--reason", "l40s slow", "--actor", "bob"),
         change(audit_engine, "rollback", "--reason", "again"),
         change(audit_engine, "rollback", "--hold", "--reason", "freeze", "--actor", "bob"),
@@ -69,7 +70,10 @@ def test_changes_say_what_happened_once_and_are_idempotent(audit_engine: Engine)
     assert said == [
         "fleet already on round_robin; nothing to roll back",
         "fleet resumed at rollout(50) by alice (ok)",
-        "fleet already on rollout(50); no change",
+        "fleet already on rollout(50) (the learned policy routes 50 % of requests); nothing to "
+        "resume",
+        "fleet already on rollout(50) (the learned policy routes 50 % of requests); nothing to "
+        "resume (to restart at rollout(10), roll back first)",
         "rollout 'rollout(50)' aborted: fleet on round_robin by bob (l40s slow)",
         "fleet already on round_robin; nothing to roll back",
         "fleet held on round-robin by bob (freeze)",
@@ -143,6 +147,25 @@ def test_trip_then_status_incidents_and_a_resume_that_resolves(audit_engine: Eng
     assert [(h["kind"], h["incident_id"]) for h in history] == [
         ("manual_resume", None), ("trip", inc), ("manual_resume", inc),
     ]  # fmt: skip
+
+
+def test_resume_on_a_fleet_the_plan_took_to_learned_changes_nothing(
+    audit_engine: Engine,
+) -> None:
+    """It said "fleet resumed at rollout(10)", exit 0: 90 % of the traffic back on
+    round-robin without a word, from a runbook step a second on-call repeated."""
+    store = GuardStore(audit_engine)
+    now = time.time()
+    plan = RolloutPlan(baseline_s=0.0, stage_s=1.0, stages_pct=(50,))
+    for at in (now + 1, now + 3):  # round_robin -> rollout(50) -> learned
+        advanced = modes.advance(store.load(at), at, plan)
+        assert advanced.transition is not None and store.save(advanced.transition, at).saved
+    version = store.version()
+    for args in (["resume"], ["resume", "--stage", "10", "--reason", "incident 3 reviewed"]):
+        assert change(audit_engine, *args) == (
+            "fleet already on learned (the learned policy routes); nothing to resume"
+        )
+    assert store.version() == version and store.load(now).mode.label == "learned"
 
 
 def test_status_names_the_current_leader(audit_engine: Engine) -> None:

@@ -142,7 +142,30 @@ def test_resume_is_idempotent_and_accepts_a_stage() -> None:
     at50 = modes.manual_resume(rr, 1.0, PLAN, actor="a", reason="r", stage_pct=50)
     assert at50.state.mode == R50 and at50.message == "fleet resumed at rollout(50) by a (r)"
     again = modes.manual_resume(at50.state, 2.0, PLAN, actor="a", reason="r", stage_pct=50)
-    assert not again.changed and again.message == "fleet already on rollout(50); no change"
+    assert not again.changed and again.message == (
+        "fleet already on rollout(50) (the learned policy routes 50 % of requests); "
+        "nothing to resume"
+    )
+
+
+def test_resume_acts_only_from_round_robin_or_a_hold() -> None:
+    """A resume on a fleet already in the learned family dropped it to the first stage
+    (learned -> rollout(10): 90 % of traffic back to round-robin, exit 0): a second
+    on-call running the runbook's `resume --stage 10` undid the rollout's progress."""
+    for mode in (R50, LEARNED):
+        for stage in (None, 10, 50):
+            state = _state(mode)
+            kept = modes.manual_resume(state, 1.0, PLAN, actor="b", reason="r", stage_pct=stage)
+            assert not kept.changed and kept.state == state, (mode, stage)
+    learned = modes.manual_resume(_state(LEARNED), 1.0, PLAN, actor="b", reason="r")
+    assert learned.message == (
+        "fleet already on learned (the learned policy routes); nothing to resume"
+    )
+    lower = modes.manual_resume(_state(R50), 1.0, PLAN, actor="b", reason="r", stage_pct=10)
+    assert lower.message.endswith("nothing to resume (to restart at rollout(10), roll back first)")
+    for mode in (ROUND_ROBIN, HELD_ROUND_ROBIN):
+        moved = modes.manual_resume(_state(mode), 1.0, PLAN, actor="b", reason="r", stage_pct=50)
+        assert moved.changed and moved.state.mode == R50
 
 
 def test_adopt_takes_only_newer_versions() -> None:

@@ -104,10 +104,7 @@ def test_switches_older_than_an_hour_and_stage_moves_do_not_count(audit_engine: 
         (T0, lambda s, t: modes.manual_resume(s, t, PLAN, actor="a", reason="1")),
         (T0 + 100, lambda s, t: modes.manual_rollback(s, t, actor="a", reason="2")),
         (T0 + 3000, lambda s, t: modes.manual_resume(s, t, PLAN, actor="a", reason="3")),
-        (
-            T0 + 3100,
-            lambda s, t: modes.manual_resume(s, t, PLAN, actor="a", reason="4", stage_pct=50),
-        ),
+        (T0 + 3100, lambda s, t: modes.advance(s, t, PLAN)),
     ]
     for at, move in moves:
         result = move(state, at)

@@ -218,6 +218,7 @@ def test_cli_changes_reach_every_replica_within_a_second(pg_cluster: Any) -> Non
         propagation(engine, replicas, "rollback", "--reason", "drill", *db),
         propagation(engine, replicas, "rollback", "--hold", "--reason", "freeze", *db),
         propagation(engine, replicas, "resume", "--reason", "thaw", *db),
+        propagation(engine, replicas, "rollback", "--reason", "restart at 50", *db),
         propagation(engine, replicas, "resume", "--stage", "50", "--reason", "go", *db),
     ]
     print(f"\npropagation (s): {', '.join(f'{d:.3f}' for d in delays)}")

@@ -117,6 +117,14 @@ def test_manual_resume_rollback_hold_are_stored(admin: Admin) -> None:
         "/v1/mode", json={"action": "resume", "reason": "again", "stage_pct": 50}, headers=AUTH
     ).json()
     assert again["changed"] is False and again["version"] == 1
+    lower = admin.client.post(
+        "/v1/mode", json={"action": "resume", "reason": "runbook", "stage_pct": 10}, headers=AUTH
+    ).json()
+    assert (lower["changed"], lower["mode"], lower["version"]) == (False, "rollout(50)", 1)
+    assert lower["message"] == (
+        "fleet already on rollout(50) (the learned policy routes 50 % of requests); nothing to "
+        "resume (to restart at rollout(10), roll back first)"
+    )
     r = admin.client.post("/v1/mode", json={"action": "hold", "reason": "freeze"}, headers=AUTH)
     assert r.json()["mode"] == "held_round_robin" and current_mode(engine).version == 2
     changes = admin.rows(ModeChange)

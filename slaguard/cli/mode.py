@@ -4,7 +4,8 @@ They act on the audit database, so they work with the service down: a change is 
 compare-and-set on the shared `fleet_state` row that every replica picks up within a
 second; the guard leader sends the incident message it queues. Each change records who
 (`--actor`, default the OS user) and why, prints one line saying what happened, and is
-idempotent (a rollback of a fleet already on round-robin says so and exits 0). This module
+idempotent (a rollback of a fleet already on round-robin, a resume of one already on a
+rollout stage or learned, says so and exits 0). This module
 imports no pandas: it is what an SRE runs mid-incident, and it starts in well under a second.
 """
 
@@ -119,7 +120,9 @@ def resume(
     actor: str | None = ActorOption,
     db: str | None = DbOption,
 ) -> None:
-    """Re-enter the gray rollout (also leaves a hold); resolves the open incident."""
+    """Re-enter the gray rollout (also leaves a hold); resolves the open incident.
+
+    Only from round-robin or a hold: on a rollout stage or learned, nothing to resume."""
     stage_pct: int | None = None
     if stage is not None:
         try:

@@ -271,10 +271,13 @@ def manual_resume(
     reason: str,
     stage_pct: int | None = None,
 ) -> TransitionResult:
-    """A human re-enters the gray rollout (first stage by default); also leaves a hold."""
+    """A human re-enters the gray rollout (first stage by default); also leaves a hold.
+
+    Only from the round-robin family, like a rollback only toward it: a resume repeated
+    by a second on-call after the plan advanced must not undo the rollout's progress."""
     to = FleetMode(ModeKind.ROLLOUT, stage_pct) if stage_pct is not None else plan.first_stage()
-    if state.mode == to:
-        return _stay(state, f"fleet already on {to.label}; no change")
+    if state.mode.kind not in _RR_FAMILY:
+        return _stay(state, _nothing_to_resume(state.mode, to))
     return _move(
         state,
         to,
@@ -285,6 +288,18 @@ def manual_resume(
         auto_advance=True,
         message=f"fleet resumed at {to.label} by {actor} ({reason})",
     )
+
+
+def _nothing_to_resume(mode: FleetMode, asked: FleetMode) -> str:
+    if mode.kind is ModeKind.LEARNED:
+        return f"fleet already on {mode.label} (the learned policy routes); nothing to resume"
+    message = (
+        f"fleet already on {mode.label} (the learned policy routes {mode.stage_pct} % of "
+        "requests); nothing to resume"
+    )
+    if asked != mode:
+        message += f" (to restart at {asked.label}, roll back first)"
+    return message
 
 
 def adopt(state: ModeState, stored: ModeState) -> ModeState:
