@@ -124,17 +124,27 @@ class IncidentEvent:
 GuardEvent = VerdictEvent | BreakerEvent | ModeChangedEvent | IncidentEvent
 
 
+def incident_line(event: IncidentEvent) -> str:
+    """What an operator's log says of an incident state change, once it is stored."""
+    return f"incident {event.incident_id} {event.state.value}: {event.summary}"
+
+
 def log_line(event: GuardEvent) -> tuple[bool, str] | None:
     """What an operator's log says of an event, and whether it is a warning (a switch,
     a trip, a demotion: the fleet routes differently); None for nothing worth a line. The
-    service logged none of them, so its log never told that a target was demoted."""
+    service logged none of them, so its log never told that a target was demoted.
+
+    None for an incident: the guard's event carries its in-memory id (the audit id is
+    assigned when it is stored) and may not be stored at all (already announced), and
+    commands and adoptions change incidents too; `EventPersister` logs each one it stores
+    (`incident_line`), with the audit id used everywhere else."""
     if isinstance(event, ModeChangedEvent):
         t = event.transition
         return True, f"fleet mode {t.from_mode} -> {t.to_mode} ({t.kind.value}): {t.reason}"
     if isinstance(event, BreakerEvent):
         return event.signal == "trip", f"guard breaker {event.signal}: {event.reason}"
     if isinstance(event, IncidentEvent):
-        return False, f"incident {event.incident_id} {event.state.value}: {event.summary}"
+        return None
     v = event.verdict
     if event.phase is VerdictPhase.ONCE:
         line = f"guard {v.detector} {v.action.value}s {v.subject}: {v.summary}"

@@ -12,21 +12,33 @@ CLI (a one-shot guard over the database), so both number, link and queue the sam
    transition did not happen, and a changed learned share restarts the TTFT baselines)
    and the tracker is re-read from the database;
 3. updates and resolutions are queued under the stored incident's next revision, unless
-   the incident is already resolved (then the state change was already announced).
+   the incident is already resolved (then the state change was already announced);
+4. each incident state change stored is logged once (INFO), with its audit id, by the
+   process that stored it: a replica's evaluation, adoption, admin command or
+   Alertmanager webhook (the CLI says it on its own output line instead).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
 from slaguard.audit.store import ModeConflictError
-from slaguard.guard.events import GuardEvent, IncidentEvent, IncidentState, ModeChangedEvent
+from slaguard.guard.events import (
+    GuardEvent,
+    IncidentEvent,
+    IncidentState,
+    ModeChangedEvent,
+    incident_line,
+)
 from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore
 from slaguard.guard.modes import ModeState
 from slaguard.guard.store import GuardStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -72,6 +84,8 @@ class EventPersister:
                 if current is not None and current.incident_id == event.incident_id:
                     current.revision = stored_event.revision + 1
                 result.queued.append(stored_event)
+        for stored_event in result.queued:
+            log.info("%s", incident_line(stored_event))
         return result
 
     def _open_and_switch(
