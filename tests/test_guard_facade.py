@@ -14,6 +14,7 @@ from slaguard.guard.events import (
     ModeChangedEvent,
     VerdictEvent,
     VerdictPhase,
+    log_line,
 )
 from slaguard.guard.guard import Guard
 from slaguard.guard.modes import ModeState
@@ -81,7 +82,9 @@ def test_one_message_per_state_change_and_manual_resume_resolves() -> None:
         for e in evs
         if isinstance(e, VerdictEvent) and e.phase is VerdictPhase.ENDED
     ]
-    assert len(ended) == 1
+    (end,) = ended
+    assert end.verdict.summary.startswith("ended: normal now (score 0.19"), end.verdict.summary
+    assert ", threshold 0.2); was: prefix hot has at least " in end.verdict.summary
     result, events = guard.resume(901.0, actor="ana", reason="flood over")
     assert result.changed and guard.state.mode == R10
     resolved = [e for e in events if isinstance(e, IncidentEvent)]
@@ -151,3 +154,20 @@ def test_a_resume_closes_the_breaker_so_the_plan_advances_as_after_a_restart() -
     for t in range(422, 430):  # the stage ends at 426; 30 good evaluations end at ~435
         guard.evaluate(float(t))
     assert guard.state.mode == FleetMode(ModeKind.ROLLOUT, 50)
+
+
+def test_an_ended_trip_verdict_says_what_is_true_now() -> None:
+    """A flapping `hot_spot` logged "ended: prefix ... has at least 45% of recent traffic
+    (>= 20%, ...)": the old firing summary alone, which reads as still firing."""
+    guard = Guard(GuardConfig(), RolloutPlan(baseline_s=86_400.0, stage_s=86_400.0))
+    for k in range(40):
+        guard.observe_arrival(k * 0.1, "hot" if k % 2 else f"cold-{k}")
+    raised = [e for e in guard.evaluate(4.0) if isinstance(e, VerdictEvent)]
+    assert [e.phase for e in raised] == [VerdictPhase.RAISED]
+    quiet = [e for e in guard.evaluate(60.0) if isinstance(e, VerdictEvent)]  # traffic stopped
+    assert [e.phase for e in quiet] == [VerdictPhase.ENDED]
+    said = log_line(quiet[0])
+    assert said is not None and said[1].startswith(
+        "guard hot_spot on prefix:hot: ended: too little data to judge now; was: prefix hot "
+        "has at least "
+    ), said

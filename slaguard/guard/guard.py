@@ -56,6 +56,22 @@ class Detector(Protocol):
     def evaluate(self, now_s: float) -> DetectorReport: ...
 
 
+def _judged_now(report: DetectorReport | None) -> str:
+    """What is true now of a trip verdict that ended: its old summary alone read as still
+    firing when a detector flapped near its threshold."""
+    if report is None:
+        return "no longer trips"
+    if report.evidence.get("gray_stage") is False:
+        return "not judged outside a gray rollout stage"
+    if report.status is Status.INSUFFICIENT:
+        return "too little data to judge now"
+    if report.status is Status.ANOMALOUS:
+        return "no longer trips on this subject"
+    if report.score is None or report.threshold is None:
+        return "normal now"
+    return f"normal now (score {report.score:.3g}, threshold {report.threshold:.3g})"
+
+
 class Guard:
     """Detectors + breaker + mode state machine + incidents, driven by `now_s`."""
 
@@ -161,14 +177,16 @@ class Guard:
             for k, v in current.items()
             if k not in self._active
         ]
+        by_detector = {r.detector: r for r in reports}
         for key, old in self._active.items():
             if key not in current:
+                now_line = _judged_now(by_detector.get(old.detector))
                 ended = Verdict(
                     old.detector,
                     old.action,
                     old.subject,
                     old.severity,
-                    f"ended: {old.summary}",
+                    f"ended: {now_line}; was: {old.summary}",
                     now_s,
                     old.evidence,
                 )
