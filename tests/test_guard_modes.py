@@ -172,3 +172,13 @@ def test_adopt_takes_only_newer_versions() -> None:
     mine = _state(R10)
     assert modes.adopt(mine, ModeState(mode=ROUND_ROBIN, version=8)).mode == ROUND_ROBIN
     assert modes.adopt(mine, ModeState(mode=ROUND_ROBIN, version=7)).mode == R10
+
+
+def test_the_baseline_starts_only_over_the_untouched_seed() -> None:
+    seed = ModeState(since_s=10.0, actor="migration 0002_guard_state")
+    started = modes.start_baseline(seed, 90_000.0, seed_actor="migration 0002_guard_state")
+    assert started is not None and (started.since_s, started.version) == (90_000.0, 0)
+    assert started.actor == "guard" and started.mode == ROUND_ROBIN and started.auto_advance
+    assert not modes.advance(started, 90_001.0, PLAN).changed
+    for other in (started, ModeState(version=1, since_s=10.0, actor="migration 0002_guard_state")):
+        assert modes.start_baseline(other, 1e6, seed_actor="migration 0002_guard_state") is None

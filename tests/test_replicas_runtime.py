@@ -10,14 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, update
 from sqlalchemy.engine import URL
 from test_guard_store import arm_samples, insert_arm_rows, start_rollout
 from test_guard_store import tripping_guard as _tripping
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
-from slaguard.audit.models import Incident
+from slaguard.audit.models import FleetState, Incident, utc_from_unix
 from slaguard.guard import runner
 from slaguard.guard.events import ModeChangedEvent
 from slaguard.guard.feed import AuditSampleFeed
@@ -191,3 +191,37 @@ def test_runner_refuses_an_unmigrated_database_with_one_line(
     event = json.loads(line)
     assert (event["event"], event["where"]) == ("error", "start")
     assert "has no slaguard schema" in event["detail"]
+
+
+def test_the_baseline_counts_from_the_first_leaders_start_not_the_db_upgrade(
+    audit_engine: Engine, tmp_path: Path
+) -> None:
+    """`db upgrade` seeds `fleet_state.since`: run a day before the first replica started,
+    the plan's 24 h round-robin baseline had already elapsed and the first evaluation took
+    the fleet to rollout(10) with no baseline gathered."""
+    upgraded = time.time() - 86_400 - 600
+    with audit_engine.begin() as conn:  # the seed as `db upgrade` left it a day ago
+        conn.execute(
+            update(FleetState).values(
+                since=utc_from_unix(upgraded), actor="migration 0002_guard_state", version=0
+            )
+        )
+    now = time.time()
+    a, b = make(audit_engine, "a", tmp_path), make(audit_engine, "b", tmp_path)
+    assert b.lease.poll()  # b holds the lock; a follows and reads the seed before b's sync
+    assert a.sync(now).leader is False and a.state().since_s == pytest.approx(upgraded, abs=1e-3)
+    started = now + 0.5
+    assert b.sync(started).gained
+    a.sync(now + 1)
+    for replica in (a, b):  # the leader stamped its start; the follower took it
+        assert replica.state().since_s == pytest.approx(started, abs=1e-3), replica.replica_id
+        assert replica.state().actor == "guard" and replica.state().version == 0
+    assert b.evaluate(now + 1) == [] and b.current().label == "round_robin"
+    b.close()
+    assert a.sync(now + 60).gained  # a new leader keeps the first one's start
+    assert GuardStore(audit_engine).load(now + 60).since_s == pytest.approx(started, abs=1e-3)
+    assert a.state().since_s == pytest.approx(started, abs=1e-3)
+    later = started + 86_401  # a day after the first start the plan advances as configured
+    changes = [e for e in a.evaluate(later) if isinstance(e, ModeChangedEvent)]
+    assert [c.transition.to_mode for c in changes] == ["rollout(10)"]
+    a.close()

@@ -13,7 +13,7 @@ baseline is always safe) and humans are never refused. So automatic switching st
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from slaguard.guard.config import BreakerConfig
@@ -300,6 +300,17 @@ def _nothing_to_resume(mode: FleetMode, asked: FleetMode) -> str:
     if asked != mode:
         message += f" (to restart at {asked.label}, roll back first)"
     return message
+
+
+def start_baseline(state: ModeState, now_s: float, *, seed_actor: str) -> ModeState | None:
+    """The cold-start baseline counted from `now_s`, the guard's first run, if `state` is
+    the database's untouched seed (version 0, by `seed_actor`); else None. The seed's
+    `since` is the `db upgrade`, perhaps a day before any replica routed: `baseline_s`
+    measured from it took the fleet to the first stage with no baseline gathered."""
+    if state.version != 0 or state.actor != seed_actor:
+        return None
+    reason = "baseline: collecting round-robin statistics since the guard first ran"
+    return replace(state, since_s=now_s, reason=reason, actor="guard")
 
 
 def adopt(state: ModeState, stored: ModeState) -> ModeState:

@@ -146,6 +146,9 @@ class GuardReplica:
                 if gained or lost:
                     self.stats.leader_changes += 1
                     self._reset_leader_state(now_s, leading=leader)
+                started = self.store.baseline_start(self.guard.state, now_s, stamp=leader)
+                if started is not None:  # the baseline counts from the first leader's start
+                    self.guard.adopt_state(started, now_s, replacing_unsaved=True)
         except (SQLAlchemyError, FleetStateMissingError) as exc:
             self.stats.sync_errors += 1
             self.stats.last_error = error_line(exc, with_type=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, select, update
 
 from slaguard.audit.models import (
     FLEET_STATE_ROW_ID,
@@ -30,13 +30,16 @@ from slaguard.audit.models import (
 )
 from slaguard.audit.records import ModeChangeRecord
 from slaguard.audit.store import ModeConflictError, record_mode_change, switch_mode
-from slaguard.guard.modes import HOUR_S, ModeState, ModeTransition, TransitionKind
+from slaguard.guard.modes import HOUR_S, ModeState, ModeTransition, TransitionKind, start_baseline
 from slaguard.scheduler.rollout import FleetMode, ModeKind
 
 TRANSITION_KEY = "transition"
 """Key of the mode change evidence that names the transition kind and version."""
 ACTOR_MAX = 128
 _RR_FAMILY = (ModeKind.ROUND_ROBIN, ModeKind.HELD_ROUND_ROBIN)
+SEED_ACTOR = "migration 0002_guard_state"
+"""Who the migration's seed row names: a `fleet_state` at version 0 still saying so has
+never been touched (no switch, no baseline start)."""
 _KINDS = {k.value: k for k in TransitionKind}
 _LOAD_ATTEMPTS = 3
 _RECENT_CHANGES = 200
@@ -158,6 +161,32 @@ class GuardStore:
             entered_by=kind,
             switch_times_s=self._switch_times(conn, now_s),
         )
+
+    def baseline_start(self, state: ModeState, now_s: float, *, stamp: bool) -> ModeState | None:
+        """For a replica still on the untouched seed: the stored state to take, after
+        (`stamp`: the leader) restamping the seed's `since` to `now_s` with a
+        compare-and-set on the untouched seed, so only the first leader's start counts and
+        a switch in between wins. None (no I/O) for any other state."""
+        started = start_baseline(state, now_s, seed_actor=SEED_ACTOR)
+        if started is None:
+            return None
+        if stamp:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    update(FleetState)
+                    .where(
+                        FleetState.id == FLEET_STATE_ROW_ID,
+                        FleetState.version == 0,
+                        FleetState.actor == SEED_ACTOR,
+                    )
+                    .values(
+                        since=utc_from_unix(started.since_s),
+                        reason=started.reason,
+                        actor=started.actor,
+                    )
+                )
+        stored = self.load(now_s)
+        return None if stored.actor == SEED_ACTOR else stored
 
     def confirm_version(self, version: int) -> bool:
         """Whether the stored mode is still at `version`, after any switch being written
