@@ -81,7 +81,7 @@ def test_factory_picks_by_environment_and_keeps_secrets_out_of_reprs(tmp_path: P
         ({"SLAGUARD_SLACK_BOT_TOKEN": TOKEN}, "SLAGUARD_SLACK_CHANNEL: missing"),
         (
             {"SLAGUARD_SLACK_BOT_TOKEN_FILE": "/nonexistent/token"},
-            "SLAGUARD_SLACK_BOT_TOKEN_FILE: cannot read",
+            "SLAGUARD_SLACK_BOT_TOKEN_FILE: /nonexistent/token: file not found",
         ),
         ({"SLAGUARD_SLACK_WEBHOOK_URL": TOKEN}, "SLAGUARD_SLACK_WEBHOOK_URL: not an http(s) URL"),
         # these two started, then retried every message for ever

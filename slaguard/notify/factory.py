@@ -8,14 +8,16 @@
 | `SLAGUARD_NOTIFY_FILE` | append message JSON lines to this file |
 | `SLAGUARD_DASHBOARD_URL`, `SLAGUARD_RUNBOOK_URL` | links in every message |
 
-First match wins in that order; with nothing set, messages go to the console. A secret
-never appears in an error message, a log line or a repr. A secret is refused at start when
-it has whitespace or a control character inside (a second line in its file): slack-sdk
-failed on it at every delivery, quoting it in the error.
+First match wins in that order; with nothing set, messages go to the console (`serve`
+logs the choice at INFO). A variable set but blank is refused: a blank token silently sent
+every message to the console. A secret never appears in an error message, a log line or a
+repr. A secret is refused at start when it has whitespace or a control character inside (a
+second line in its file): slack-sdk failed on it at every delivery, quoting it in the error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,30 +30,56 @@ from slaguard.notify.file import FileNotifier
 from slaguard.notify.messaging import MessageLinks
 from slaguard.notify.slack_web import SlackWebNotifier
 from slaguard.notify.slack_webhook import SlackWebhookNotifier
+from slaguard.userfiles import read_user_text
 
 PREFIX = "SLAGUARD_"
+SECRET_MAX_BYTES = 64 * 1024
+"""A token or a webhook URL is well under a kilobyte; a bigger file is the wrong file."""
 
 
 class NotifyConfigError(ValueError):
     """A one-line configuration mistake naming the variable (never its secret value)."""
 
 
+def _set(env: Mapping[str, str], name: str) -> str | None:
+    """`name`'s value without surrounding whitespace, None when unset; set but blank is
+    refused (a blank `SLAGUARD_SLACK_BOT_TOKEN` sent every message to the console)."""
+    if name not in env:
+        return None
+    value = env[name].strip()
+    if not value:
+        raise NotifyConfigError(f"{name}: set but blank; fix: give it its value, or unset it")
+    return value
+
+
+def read_secret_file(variable: str, file_name: str, error: type[Exception]) -> str:
+    """The text of the secrets file `$variable` names, surrounding whitespace dropped.
+    A FIFO hung the start, /dev/zero ran out of memory and a file that is not UTF-8 was
+    a traceback: each is one `error` line naming the variable and the file, never the
+    content."""
+    path = Path(file_name)
+    with contextlib.suppress(OSError):  # a missing file: read_user_text says so
+        if path.stat().st_size > SECRET_MAX_BYTES:
+            raise error(
+                f"{variable}: {path}: larger than {SECRET_MAX_BYTES >> 10} KB, not a secret; "
+                "fix: point it at the file holding only the secret"
+            )
+    try:
+        return read_user_text(path, error, "secrets file").strip()
+    except error as exc:
+        raise error(f"{variable}: {exc}") from None
+
+
 def _secret(env: Mapping[str, str], name: str, what: str) -> SecretStr | None:
     """`NAME` from the environment, else the contents of the file named by `NAME_FILE`
     (surrounding whitespace, such as the file's last newline, dropped)."""
-    value = env.get(name, "").strip()
-    if value:
+    value = _set(env, name)
+    if value is not None:
         return _one_word(value, name, what)
-    file_name = env.get(f"{name}_FILE", "").strip()
-    if not file_name:
+    file_name = _set(env, f"{name}_FILE")
+    if file_name is None:
         return None
-    try:
-        content = Path(file_name).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise NotifyConfigError(
-            f"{name}_FILE: cannot read {file_name} ({exc.strerror or exc}); "
-            "fix: point it at a readable secrets file"
-        ) from None
+    content = read_secret_file(f"{name}_FILE", file_name, NotifyConfigError)
     if not content:
         raise NotifyConfigError(
             f"{name}_FILE: {file_name} is empty; fix: put the secret in the file"
@@ -84,25 +112,34 @@ def notifier_from_env(
 ) -> Notifier:
     """The notifier the environment asks for (see the module table); `notify_file` (the
     service's config) comes before all of it. The links come from the environment."""
+    return choose_notifier(env, notify_file)[0]
+
+
+def choose_notifier(
+    env: Mapping[str, str] | None = None, notify_file: Path | None = None
+) -> tuple[Notifier, str]:
+    """`notifier_from_env`'s notifier and where it sends, in words without any secret (for
+    the service's start log: a console notifier picked by mistake went unnoticed)."""
     env = os.environ if env is None else env
     links = links_from_env(env)
     if notify_file is not None:
-        return _file_notifier(notify_file, "notify_file", links)
+        return _file_notifier(notify_file, "notify_file", links), f"the file {notify_file}"
     token = _secret(env, f"{PREFIX}SLACK_BOT_TOKEN", "token")
     if token is not None:
         channel = env.get(f"{PREFIX}SLACK_CHANNEL", "").strip()
         if not channel:
             raise NotifyConfigError(
-                f"{PREFIX}SLACK_CHANNEL: missing; fix: set it to the channel id (e.g. C0123456) "
-                f"when {PREFIX}SLACK_BOT_TOKEN is set"
+                f"{PREFIX}SLACK_CHANNEL: missing; fix: set it to the channel id (e.g. "
+                f"C0123456) when {PREFIX}SLACK_BOT_TOKEN is set"
             )
-        base_url = env.get(f"{PREFIX}SLACK_BASE_URL", "").strip() or None
+        base_url = _set(env, f"{PREFIX}SLACK_BASE_URL")
         if base_url is not None and not _http_url(base_url):
             raise NotifyConfigError(
                 f"{PREFIX}SLACK_BASE_URL: {base_url!r} is not an http(s) URL; fix: write it "
                 "like https://slack.com/api/ (or unset it)"
             )
-        return SlackWebNotifier(token, channel, links, base_url=base_url)
+        notifier = SlackWebNotifier(token, channel, links, base_url=base_url)
+        return notifier, f"Slack channel {channel} (bot token)"
     webhook = _secret(env, f"{PREFIX}SLACK_WEBHOOK_URL", "URL")
     if webhook is not None:
         if not _http_url(webhook.get_secret_value()):
@@ -110,11 +147,14 @@ def notifier_from_env(
                 f"{PREFIX}SLACK_WEBHOOK_URL: not an http(s) URL; "
                 "fix: paste the webhook URL Slack gave you"
             )
-        return SlackWebhookNotifier(webhook, links)
-    path = env.get(f"{PREFIX}NOTIFY_FILE", "").strip()
-    if path:
-        return _file_notifier(Path(path), f"{PREFIX}NOTIFY_FILE", links)
-    return ConsoleNotifier(links)
+        return SlackWebhookNotifier(webhook, links), "a Slack incoming webhook"
+    path = _set(env, f"{PREFIX}NOTIFY_FILE")
+    if path is not None:
+        return _file_notifier(Path(path), f"{PREFIX}NOTIFY_FILE", links), f"the file {path}"
+    return ConsoleNotifier(links), (
+        f"the console (stdout): no {PREFIX}SLACK_BOT_TOKEN, {PREFIX}SLACK_WEBHOOK_URL or "
+        f"{PREFIX}NOTIFY_FILE set"
+    )
 
 
 def _http_url(url: str) -> bool:

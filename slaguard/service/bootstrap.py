@@ -44,7 +44,7 @@ from slaguard.fleet import load_fleet
 from slaguard.guard.leader import default_replica_id, lease_for
 from slaguard.guard.runtime import GuardReplica
 from slaguard.notify.base import Notifier
-from slaguard.notify.factory import notifier_from_env
+from slaguard.notify.factory import choose_notifier
 from slaguard.scheduler.config import RouterConfig, SchedulerConfig
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.rollout import RolloutPlan
@@ -119,8 +119,9 @@ def build_service(
     fleet = load_fleet(config.fleet)
     for note in fleet.notes:
         log.warning("fleet: %s", note)
+    destination = None
     if notifier is None:  # a notifier mistake is refused before the database is touched
-        notifier = notifier_from_env(notify_file=config.notify_file)
+        notifier, destination = choose_notifier(notify_file=config.notify_file)
     url = resolve_db_url(config.db)
     migrating = create_audit_engine(url)  # a migration may take long: no statement timeout
     try:
@@ -163,6 +164,8 @@ def build_service(
         config, fleet, scheduler, metrics, modes, writer=writer, engine=engine, clock=clock
     )
 
+    if destination is not None:  # once nothing can refuse the start: a refusal is one line
+        log.info("incident messages go to %s", destination)
     file_watch = SqliteFileWatch.of(engine)
 
     async def readiness() -> None:

@@ -23,6 +23,7 @@ from pydantic_settings import (
 )
 
 from slaguard.guard.config import GuardConfig
+from slaguard.notify.factory import read_secret_file
 from slaguard.userfiles import load_user_yaml
 
 ENV_PREFIX = "SLAGUARD_SERVE_"
@@ -224,20 +225,19 @@ def admin_token(env: Mapping[str, str] | None = None) -> SecretStr | None:
             f"{ADMIN_TOKEN_ENV}: set but blank; fix: set a long random token (e.g. "
             "`openssl rand -hex 32`), or unset it to leave the admin endpoints disabled"
         )
-    if not value:
-        file_name = env.get(f"{ADMIN_TOKEN_ENV}_FILE", "").strip()
-        if file_name:
-            try:
-                value = Path(file_name).read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise ServiceConfigError(
-                    f"{ADMIN_TOKEN_ENV}_FILE: cannot read {file_name} ({exc.strerror}); "
-                    "fix: point it at a readable secrets file"
-                ) from None
-            if not value:
-                raise ServiceConfigError(
-                    f"{ADMIN_TOKEN_ENV}_FILE: {file_name} is empty; fix: write the token in it"
-                )
+    file_var = f"{ADMIN_TOKEN_ENV}_FILE"
+    if not value and file_var in env:
+        file_name = env[file_var].strip()
+        if not file_name:
+            raise ServiceConfigError(
+                f"{file_var}: set but blank; fix: name the file holding the token, or unset it "
+                "to leave the admin endpoints disabled"
+            )
+        value = read_secret_file(file_var, file_name, ServiceConfigError)
+        if not value:
+            raise ServiceConfigError(
+                f"{file_var}: {file_name} is empty; fix: write the token in it"
+            )
     if value and not all("!" <= ch <= "~" for ch in value):
         # a client sends the header as latin-1 bytes (or refuses to): such a token never matched
         raise ServiceConfigError(
