@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 from typer.testing import CliRunner
 
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.migrate import upgrade
 from slaguard.cli.main import app
 from slaguard.service.local import free_port
 
@@ -179,3 +181,50 @@ def test_a_writer_process_that_cannot_start_is_one_line(tmp_path: Path) -> None:
     assert (
         line.startswith("error: cannot start the audit writer process (") and str(nowhere) in line
     )
+
+
+def test_a_schema_behind_with_migrate_off_is_logged_once_at_start(tmp_path: Path) -> None:
+    """Starting unready is meant (a rolling upgrade waits for the migration job), but the
+    log only said `guard mode sync failed: UndefinedTable ...`, over and over; and nothing
+    said where incident messages would go."""
+    db = tmp_path / "audit.db"
+    upgrade(create_audit_engine(f"sqlite:///{db}"), "0001_audit_log")
+    port = free_port()
+    (tmp_path / "serve.yaml").write_text(f"db: {db}\nmigrate: false\nport: {port}\n")
+    token = "xoxb-never-print-me"
+    env = {
+        **os.environ,
+        "SLAGUARD_SLACK_BOT_TOKEN": token,
+        "SLAGUARD_SLACK_CHANNEL": "C123",
+        "SLAGUARD_SLACK_BASE_URL": "http://127.0.0.1:9/api/",
+    }
+    log = tmp_path / "serve.log"
+    ready: httpx.Response | None = None
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "slaguard", "serve", "--config", "serve.yaml"],
+            cwd=tmp_path, env=env, stdout=err, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1)
+                    break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            time.sleep(1.5)  # a few mode syncs
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    text = log.read_text()
+    fix = f"run `slaguard db upgrade --db sqlite:///{db}`"
+    assert ready is not None and ready.status_code == 503 and fix in ready.json()["error"], text
+    errors = [line for line in text.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and errors[0].endswith(
+        f"not ready: database sqlite:///{db} is at schema revision 0001_audit_log, this "
+        f"slaguard needs 0002_guard_state; {fix}; serving meanwhile, with /readyz 503 and "
+        "decisions in the spill journal until the schema is current"
+    ), text
+    assert " INFO slaguard.service.bootstrap: incident messages go to Slack channel C123 " in text
+    assert token not in text

@@ -8,7 +8,9 @@ sends incident messages.
 URL) before any thread starts, so `slaguard serve` can refuse with one line. A database
 that is reachable but not migrated (with `migrate: false`) or not reachable at all does
 not stop the start: decisions are journalled and `/readyz` says 503 with the reason until
-the schema is current.
+the schema is current. That is what a rolling upgrade needs (replicas wait unready for the
+migration job, then take traffic without a restart); the reason and its fix are logged
+once at start, since routing goes on and nothing else says why.
 """
 
 from __future__ import annotations
@@ -134,7 +136,8 @@ def build_service(
         migrating.dispose()
     engine = create_audit_engine(url, statement_timeout_s=SERVICE_STATEMENT_TIMEOUT_S)
     now = clock()
-    schema_current = _schema_problem(engine) is None
+    problem = _schema_problem(engine)
+    schema_current = problem is None
     metrics = SlaguardMetrics(registry or CollectorRegistry(), targets=fleet_target_labels(fleet))
     writer = AuditWriter(  # first: a spill journal in use is a one-line refusal, said alone
         engine,
@@ -164,8 +167,15 @@ def build_service(
         config, fleet, scheduler, metrics, modes, writer=writer, engine=engine, clock=clock
     )
 
-    if destination is not None:  # once nothing can refuse the start: a refusal is one line
+    # logged once nothing can refuse the start any more: a refusal stays one line
+    if destination is not None:
         log.info("incident messages go to %s", destination)
+    if problem is not None:
+        log.error(
+            "not ready: %s; serving meanwhile, with /readyz 503 and decisions in the spill "
+            "journal until the schema is current",
+            problem,
+        )
     file_watch = SqliteFileWatch.of(engine)
 
     async def readiness() -> None:
