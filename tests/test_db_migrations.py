@@ -159,6 +159,26 @@ def test_unsupported_drivers_are_refused_in_one_line() -> None:
     assert "driver 'postgresql+psycopg2' is not installed" in result.output
 
 
+def test_a_bad_slaguard_db_is_named_as_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its mistakes were blamed on `--db`, which the command was not given."""
+    monkeypatch.setenv("SLAGUARD_DB", "mysql://x/y")
+    result = CliRunner().invoke(app, ["status"])
+    assert result.exit_code == 2 and result.stderr == (
+        "error: $SLAGUARD_DB: backend 'mysql' is not supported; use sqlite or postgresql+psycopg\n"
+    )
+    missing = tmp_path / "absent.db"
+    monkeypatch.setenv("SLAGUARD_DB", str(missing))
+    result = CliRunner().invoke(app, ["status"])
+    assert result.exit_code == 2 and result.stderr == (
+        f"error: $SLAGUARD_DB: SQLite file {missing} does not exist; create it with `slaguard "
+        f"db upgrade --db {missing}` or pass the right $SLAGUARD_DB\n"
+    )
+    passed = CliRunner().invoke(app, ["status", "--db", "mysql://x/y"])
+    assert passed.stderr.startswith("error: --db: backend 'mysql'")
+
+
 def test_default_database_is_env_then_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -95,3 +95,26 @@ def test_an_admin_token_no_client_can_send_is_refused(value: str, tmp_path: Path
         assert value not in str(info.value)
     token = admin_token({"SLAGUARD_ADMIN_TOKEN": "0123456789abcdef-~!#$%&*+/=?^_|"})
     assert token is not None
+
+
+def test_a_bad_database_url_names_where_it_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It always said `--db`, also for the file's `db:`, $SLAGUARD_SERVE_DB or $SLAGUARD_DB."""
+    config = tmp_path / "serve.yaml"
+    config.write_text("db: mysql://x/y\n")
+    monkeypatch.delenv("SLAGUARD_DB", raising=False)
+    problem = "backend 'mysql' is not supported; use sqlite or postgresql+psycopg"
+    cases: list[tuple[str, Path | None, dict[str, object] | None, str]] = [
+        ("", config, None, f"{config}: db"),
+        ("", None, {"db": "mysql://x/y"}, "--db"),
+        ("SLAGUARD_SERVE_DB", config, None, "$SLAGUARD_SERVE_DB"),
+        ("SLAGUARD_DB", None, None, "$SLAGUARD_DB"),
+    ]
+    for variable, path, flags, source in cases:
+        with monkeypatch.context() as env:
+            if variable:
+                env.setenv(variable, "mysql://x/y")
+            with pytest.raises(ServiceConfigError) as err:
+                load_config(path, flags)
+        assert str(err.value) == f"{source}: {problem}"

@@ -40,9 +40,16 @@ def default_db_url() -> str:
     return os.environ.get(DB_ENV_VAR) or f"sqlite:///{DEFAULT_SQLITE_FILE}"
 
 
+def db_url_source(value: str | None, option: str) -> str:
+    """Where a database URL came from: `option`, or `$SLAGUARD_DB` when `option` gave
+    none and that is set (its mistakes were blamed on `--db`)."""
+    return option if value or not os.environ.get(DB_ENV_VAR) else f"${DB_ENV_VAR}"
+
+
 def resolve_db_url(value: str | None, option: str = "--db") -> URL:
     """A `--db` value (URL, or a bare SQLite file path) -> SQLAlchemy URL; `option` names
-    where the value came from in the errors."""
+    where the value came from in the errors (`$SLAGUARD_DB` when the value is its)."""
+    option = db_url_source(value, option)
     text = value or default_db_url()
     if "://" not in text:
         text = f"sqlite:///{text}"

@@ -14,6 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from slaguard.audit.engine import (
     DatabaseUrlError,
     create_audit_engine,
+    db_url_source,
     error_line,
     resolve_db_url,
     shown_url,
@@ -39,6 +40,7 @@ def connect(
     """An engine that has answered once; `create` allows a new SQLite file. `option`
     names the flag the URL came from; `statement_timeout_s` bounds each PostgreSQL
     statement (a command waiting on a lock then fails in one line instead of hanging)."""
+    option = db_url_source(db, option)  # `$SLAGUARD_DB` when the URL is its
     try:
         url = resolve_db_url(db, option)
     except DatabaseUrlError as exc:

@@ -22,6 +22,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from slaguard.audit.engine import DatabaseUrlError, resolve_db_url
 from slaguard.guard.config import GuardConfig
 from slaguard.notify.factory import read_secret_file
 from slaguard.userfiles import load_user_yaml
@@ -182,9 +183,24 @@ def load_config(
 
         cls = _FromFile
     try:
-        return cls(**kwargs)
+        config = cls(**kwargs)
     except ValidationError as exc:
         raise ServiceConfigError(_config_error(exc.errors()[0], source, kwargs)) from None
+    try:
+        resolve_db_url(config.db, _db_source(source, kwargs))
+    except DatabaseUrlError as exc:
+        raise ServiceConfigError(str(exc)) from None
+    return config
+
+
+def _db_source(file_source: str, flags: Mapping[str, Any]) -> str:
+    """Where `db` came from, for its errors (a URL from the file was named `--db`); with
+    none of these, `resolve_db_url` names `$SLAGUARD_DB` itself."""
+    if "db" in flags:
+        return "--db"
+    if f"{ENV_PREFIX}DB" in {k.upper() for k in os.environ}:
+        return f"${ENV_PREFIX}DB"
+    return f"{file_source}: db"
 
 
 def _config_error(err: Any, file_source: str, flags: Mapping[str, Any]) -> str:
