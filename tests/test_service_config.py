@@ -118,3 +118,21 @@ def test_a_bad_database_url_names_where_it_came_from(
             with pytest.raises(ServiceConfigError) as err:
                 load_config(path, flags)
         assert str(err.value) == f"{source}: {problem}"
+
+
+@pytest.mark.parametrize("field", ["spill_dir", "fleet", "notify_file", "db"])
+def test_a_blank_path_is_refused_not_the_working_directory(
+    field: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`SLAGUARD_SERVE_SPILL_DIR=""` put the spill journal in the working directory
+    (`Path("")` is "."); a blank `db` fell back to the default database."""
+    variable = f"SLAGUARD_SERVE_{field.upper()}"
+    monkeypatch.setenv(variable, "")
+    assert _error() == (
+        f"${variable}: {field}: blank (''); fix: give a path, or leave the setting out (unset "
+        "the variable) for its default"
+    )
+    monkeypatch.delenv(variable)
+    (tmp_path / "serve.yaml").write_text(f"{field}: ' '\n")
+    assert _error(tmp_path / "serve.yaml").startswith(f"{tmp_path / 'serve.yaml'}: {field}: blank")
+    assert _error(flags={"fleet": ""}).startswith("--fleet: fleet: blank")

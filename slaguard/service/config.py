@@ -14,7 +14,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -146,6 +154,18 @@ class ServiceConfig(BaseSettings):
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
+    @field_validator("fleet", "db", "spill_dir", "notify_file", mode="before")
+    @classmethod
+    def _not_blank(cls, value: Any) -> Any:
+        """A blank path is the working directory (`Path("")` is "."): the spill journal
+        landed there; a blank `db` fell back to the default database."""
+        if isinstance(value, str) and not value.strip():
+            raise ValueError(
+                f"blank ({value!r}); fix: give a path, or leave the setting out (unset the "
+                "variable) for its default"
+            )
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -218,12 +238,12 @@ def _config_error(err: Any, file_source: str, flags: Mapping[str, Any]) -> str:
         if loc == ("admin_token",):
             fix = f"remove it; the admin token is read only from ${ADMIN_TOKEN_ENV}(_FILE)"
         return f"{where}: {field}: unknown setting; fix: {fix}"
-    if err["type"] == "value_error":  # a check across fields: its message names the fix
-        where = f"${env_name}" if env_name in env_set else file_source
-        return f"{where}: {field}: {err['ctx']['error']}"
     top = str(loc[0]) if loc else ""
-    if top in flags and not isinstance(flags[top], dict):
-        flag = f"--{top.replace('_', '-')}"
+    flag = f"--{top.replace('_', '-')}" if top in flags and not isinstance(flags[top], dict) else ""
+    if err["type"] == "value_error":  # a check of ours: its message names the fix
+        where = flag or (f"${env_name}" if env_name in env_set else file_source)
+        return f"{where}: {field}: {err['ctx']['error']}"
+    if flag:
         return f"{flag}: {err['msg']}{shown}; fix: pass a valid value"
     if env_name in env_set:
         where, fix = f"${env_name}", "correct the variable or unset it"
