@@ -136,3 +136,59 @@ def test_a_blank_path_is_refused_not_the_working_directory(
     (tmp_path / "serve.yaml").write_text(f"{field}: ' '\n")
     assert _error(tmp_path / "serve.yaml").startswith(f"{tmp_path / 'serve.yaml'}: {field}: blank")
     assert _error(flags={"fleet": ""}).startswith("--fleet: fleet: blank")
+
+
+@pytest.mark.parametrize(
+    ("severity", "hint"), [("urgent", ""), ("critcal", " (did you mean 'critical'?)")]
+)
+def test_a_severity_no_alert_has_is_refused(severity: str, hint: str, tmp_path: Path) -> None:
+    """Accepted before: no alert matched, so automatic rollback was silently off."""
+    (tmp_path / "serve.yaml").write_text(f"alertmanager:\n  rollback_severities: [{severity}]\n")
+    assert _error(tmp_path / "serve.yaml") == (
+        f"{tmp_path / 'serve.yaml'}: alertmanager.rollback_severities: {severity!r} is not a "
+        "severity slaguard's alerts have, so no alert would roll back; fix: use critical or "
+        f"warning{hint}"
+    )
+    both = load_config(None, {"alertmanager": {"rollback_severities": ["critical", "warning"]}})
+    assert both.alertmanager.rollback_severities == ("critical", "warning")
+
+
+@pytest.mark.parametrize(
+    ("stages", "problem"),
+    [
+        ("[10, 500]", "[10, 500]: 500 is not a percentage in (0, 100]; fix: give each stage's "
+         "learned share as a percentage, e.g. [10, 50, 100]"),
+        ("[50, 10]", "[50, 10] is not increasing; fix: list the stages in the order they run, "
+         "e.g. [10, 50]"),
+        ("[]", "empty; fix: list the learned share per stage, e.g. [10, 50, 100]"),
+    ],
+)  # fmt: skip
+def test_rollout_stages_name_the_bad_value_and_the_fix(
+    stages: str, problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """They said `stages_pct must be non-empty values in (0, 100]` with no value or fix,
+    and named the file even when the list came from the environment."""
+    (tmp_path / "serve.yaml").write_text(f"rollout:\n  stages_pct: {stages}\n")
+    assert _error(tmp_path / "serve.yaml") == (
+        f"{tmp_path / 'serve.yaml'}: rollout.stages_pct: {problem}"
+    )
+    monkeypatch.setenv("SLAGUARD_SERVE_ROLLOUT__STAGES_PCT", stages)
+    assert _error(tmp_path / "serve.yaml").startswith(
+        "$SLAGUARD_SERVE_ROLLOUT__STAGES_PCT: rollout.stages_pct: "
+    )
+
+
+def test_an_unknown_key_lists_its_sections_keys_and_where_they_are_documented(
+    tmp_path: Path,
+) -> None:
+    """An unknown guard key pointed at examples/serve.yaml, which does not list them."""
+    (tmp_path / "serve.yaml").write_text("guard:\n  breaker:\n    trip_aftr: 5\n")
+    assert _error(tmp_path / "serve.yaml").endswith(
+        "guard.breaker.trip_aftr: unknown setting; fix: remove it, or use one of auto_return, "
+        "clear_after, cooldown_s, max_switches_per_hour, trip_after (docs/guard.md); did you "
+        "mean 'trip_after'?"
+    )
+    (tmp_path / "serve.yaml").write_text("gateway:\n  read_timeout: 5\n")
+    assert _error(tmp_path / "serve.yaml").endswith(
+        "(examples/serve.yaml); did you mean 'read_timeout_s'?"
+    )

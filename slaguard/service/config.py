@@ -9,6 +9,7 @@ admin bearer token is never read from the file: only from `$SLAGUARD_ADMIN_TOKEN
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,6 +38,8 @@ from slaguard.userfiles import load_user_yaml
 
 ENV_PREFIX = "SLAGUARD_SERVE_"
 ADMIN_TOKEN_ENV = "SLAGUARD_ADMIN_TOKEN"
+ALERT_SEVERITIES = ("critical", "warning")
+"""The `severity` labels of slaguard's alerts (alerts/*.yml)."""
 
 
 class ServiceConfigError(ValueError):
@@ -92,13 +95,24 @@ class RolloutConfig(_Section):
     stage_s: float = Field(default=86_400.0, gt=0)
     stages_pct: tuple[int, ...] = (10, 50, 100)
 
-    @model_validator(mode="after")
-    def _stages_valid(self) -> RolloutConfig:
-        if not self.stages_pct or any(not 0 < p <= 100 for p in self.stages_pct):
-            raise ValueError("stages_pct must be non-empty values in (0, 100]")
-        if list(self.stages_pct) != sorted(self.stages_pct):
-            raise ValueError("stages_pct must be increasing")
-        return self
+    @field_validator("stages_pct")
+    @classmethod
+    def _stages_valid(cls, stages: tuple[int, ...]) -> tuple[int, ...]:
+        example = "e.g. [10, 50, 100]"
+        if not stages:
+            raise ValueError(f"empty; fix: list the learned share per stage, {example}")
+        for pct in stages:
+            if not 0 < pct <= 100:
+                raise ValueError(
+                    f"{list(stages)}: {pct} is not a percentage in (0, 100]; fix: "
+                    f"give each stage's learned share as a percentage, {example}"
+                )
+        if list(stages) != sorted(stages):
+            raise ValueError(
+                f"{list(stages)} is not increasing; fix: list the stages in the "
+                f"order they run, e.g. {sorted(stages)}"
+            )
+        return stages
 
 
 class AlertmanagerConfig(_Section):
@@ -112,6 +126,20 @@ class AlertmanagerConfig(_Section):
     rollback_severities: tuple[str, ...] = Field(
         default=("critical",), description="only alerts with one of these `severity` labels act"
     )
+
+    @field_validator("rollback_severities")
+    @classmethod
+    def _known_severities(cls, severities: tuple[str, ...]) -> tuple[str, ...]:
+        """A severity no alert has (`urgent`, `critcal`) silently turned rollback off."""
+        for severity in severities:
+            if severity not in ALERT_SEVERITIES:
+                near = difflib.get_close_matches(severity, ALERT_SEVERITIES, n=1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise ValueError(
+                    f"{severity!r} is not a severity slaguard's alerts have, so no alert would "
+                    f"roll back; fix: use {' or '.join(ALERT_SEVERITIES)}{hint}"
+                )
+        return severities
 
 
 class LoopsConfig(_Section):
@@ -232,14 +260,11 @@ def _config_error(err: Any, file_source: str, flags: Mapping[str, Any]) -> str:
     shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
     env_name = ENV_PREFIX + "__".join(str(p).upper() for p in loc)
     env_set = {k.upper() for k in os.environ}
-    if err["type"] == "extra_forbidden":
-        where = file_source if file_source != "environment" else f"${env_name}"
-        fix = "remove it; the keys are those of examples/serve.yaml"
-        if loc == ("admin_token",):
-            fix = f"remove it; the admin token is read only from ${ADMIN_TOKEN_ENV}(_FILE)"
-        return f"{where}: {field}: unknown setting; fix: {fix}"
     top = str(loc[0]) if loc else ""
     flag = f"--{top.replace('_', '-')}" if top in flags and not isinstance(flags[top], dict) else ""
+    if err["type"] == "extra_forbidden":
+        where = file_source if file_source != "environment" else f"${env_name}"
+        return f"{where}: {field}: unknown setting; fix: {_unknown_key_fix(loc)}"
     if err["type"] == "value_error":  # a check of ours: its message names the fix
         where = flag or (f"${env_name}" if env_name in env_set else file_source)
         return f"{where}: {field}: {err['ctx']['error']}"
@@ -250,6 +275,24 @@ def _config_error(err: Any, file_source: str, flags: Mapping[str, Any]) -> str:
     else:
         where, fix = file_source, f"correct the value (or set ${env_name})"
     return f"{where}: {field}: {err['msg']}{shown}; fix: {fix}"
+
+
+def _unknown_key_fix(loc: tuple[int | str, ...]) -> str:
+    """Remove it, or the keys of its section (did you mean ...?), and where they are
+    documented: guard keys in docs/guard.md, not examples/serve.yaml."""
+    if loc == ("admin_token",):
+        return f"remove it; the admin token is read only from ${ADMIN_TOKEN_ENV}(_FILE)"
+    section: type[BaseModel] = ServiceConfig
+    for part in loc[:-1]:
+        inner = section.model_fields[str(part)].annotation
+        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
+            break
+        section = inner
+    keys = sorted(section.model_fields)
+    doc = "docs/guard.md" if loc[0] == "guard" else "examples/serve.yaml"
+    fix = f"remove it, or use one of {', '.join(keys)} ({doc})"
+    near = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+    return fix + (f"; did you mean {near[0]!r}?" if near else "")
 
 
 def admin_token(env: Mapping[str, str] | None = None) -> SecretStr | None:
