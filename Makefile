@@ -25,7 +25,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy slaguard
 
 pytest: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=15
 
 bench: $(STAMP)
 	$(BIN)/python bench/route.py
