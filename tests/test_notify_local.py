@@ -97,6 +97,11 @@ def test_factory_picks_by_environment_and_keeps_secrets_out_of_reprs(tmp_path: P
             {"SLAGUARD_NOTIFY_FILE": "/nonexistent-dir/incidents.jsonl"},
             "SLAGUARD_NOTIFY_FILE: directory /nonexistent-dir does not exist",
         ),
+        # the token's secret mount missing: incidents went to stdout without a word
+        (
+            {"SLAGUARD_SLACK_CHANNEL": "C1"},
+            "SLAGUARD_SLACK_CHANNEL: set, but no SLAGUARD_SLACK_BOT_TOKEN (or _FILE)",
+        ),
     ],
 )
 def test_factory_errors_name_the_variable_never_the_secret(

@@ -151,6 +151,12 @@ def choose_notifier(
     path = _set(env, f"{PREFIX}NOTIFY_FILE")
     if path is not None:
         return _file_notifier(Path(path), f"{PREFIX}NOTIFY_FILE", links), f"the file {path}"
+    if _set(env, f"{PREFIX}SLACK_CHANNEL") is not None:  # a token that did not arrive
+        raise NotifyConfigError(
+            f"{PREFIX}SLACK_CHANNEL: set, but no {PREFIX}SLACK_BOT_TOKEN (or _FILE) to post "
+            f"with; fix: set the bot token, or unset {PREFIX}SLACK_CHANNEL to log incidents "
+            "to the console"
+        )
     return ConsoleNotifier(links), (
         f"the console (stdout): no {PREFIX}SLACK_BOT_TOKEN, {PREFIX}SLACK_WEBHOOK_URL or "
         f"{PREFIX}NOTIFY_FILE set"
