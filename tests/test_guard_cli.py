@@ -134,6 +134,7 @@ def test_trip_then_status_incidents_and_a_resume_that_resolves(audit_engine: Eng
     assert [a["sla_violations"] for a in status["arms"]] == [24, 2]
     (open_one,) = json.loads(ok("incidents", "--open", *db, "-f", "json"))
     assert (open_one["detector"], open_one["messages_waiting"]) == ("rollout_compare", 1)
+    assert status["open_incidents"] == [open_one]  # one JSON form of an incident everywhere
     inc = open_one["id"]
     said = change(audit_engine, "resume", "--reason", f"incident {inc} reviewed", "--actor", "c")
     assert said == (

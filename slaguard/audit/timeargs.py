@@ -1,8 +1,9 @@
 """Time arguments for `slaguard audit`: ISO 8601 or relative to now (`-2h`, `-30m`, `-7d`).
 
-Parsing is pandas' (`Timestamp`, `Timedelta`); this module adds the leading-minus
-convention, UTC for zone-less input, one-line errors naming the option, and the forms
-let through to pandas: ISO 8601 only (pandas read `02/03/2026` US-style as 3 February,
+Times are parsed by pandas' `Timestamp`; durations, whose grammar the regex below already
+pins down (a number and a unit, repeated), are summed from their parts. This module adds
+the leading-minus convention, UTC for zone-less input, one-line errors naming the option,
+and the forms let through to pandas: ISO 8601 only (pandas read `02/03/2026` US-style as 3 February,
 silently, and words like `today` in the machine's local time).
 """
 
@@ -11,11 +12,11 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-import pandas as pd  # type: ignore[import-untyped]
-
-_DAY_WEEK_UNIT = re.compile(r"(?<=\d)\s*([dw])(?![a-z])")
 _BARE_DURATION = re.compile(r"(\d+(\.\d+)?\s*[a-zA-Z]+\s*)+")
 _DURATION = re.compile(r"(\d+(\.\d+)?\s*(w|d|h|min|m|s)\s*)+")
+_DURATION_PART = re.compile(r"(\d+(\.\d+)?)\s*(w|d|h|min|m|s)")
+_UNIT_S = {"w": 604_800.0, "d": 86_400.0, "h": 3_600.0, "min": 60.0, "m": 60.0, "s": 1.0}
+"""A duration is summed from its parts here: `status --window` then needs no pandas."""
 _ISO_TIME = re.compile(
     r"\d{4}-\d{2}-\d{2}"  # date; then optional hours, minutes, seconds, fraction, zone
     r"([Tt ]\d{2}(:\d{2}(:\d{2}([.,]\d+)?)?)?([Zz]|[+-]\d{2}(:?\d{2})?)?)?"
@@ -32,17 +33,15 @@ def parse_duration(text: str, option: str) -> timedelta:
             f"{option}: cannot read {text!r} as a duration; write a number and a unit "
             "(s, m, h, d, w), e.g. 30d, 2h, 1h30m, 90s"
         )
-    normalized = _DAY_WEEK_UNIT.sub(lambda m: m.group(1).upper(), text.strip())
+    seconds = sum(float(number) * _UNIT_S[unit] for number, _, unit in _DURATION_PART.findall(text))
     try:
-        value = pd.Timedelta(normalized)
-    except (ValueError, TypeError):
-        value = pd.NaT
-    if value is pd.NaT or value <= pd.Timedelta(0):
-        raise ValueError(
-            f"{option}: cannot read {text!r} as a positive duration; use e.g. 30d, 2h, 30m, 90s"
-        )
-    duration: timedelta = value.to_pytimedelta()
-    return duration
+        if seconds > 0:
+            return timedelta(seconds=seconds)
+    except OverflowError:
+        pass
+    raise ValueError(
+        f"{option}: cannot read {text!r} as a positive duration; use e.g. 30d, 2h, 30m, 90s"
+    )
 
 
 def parse_time(text: str, option: str, now: datetime) -> datetime:
@@ -67,6 +66,8 @@ def parse_time(text: str, option: str, now: datetime) -> datetime:
             f"{option}: cannot read {text!r} as a time; use {TIME_HELP}"
             f"{slashes if '/' in text else ''}"
         )
+    import pandas as pd  # type: ignore[import-untyped]  # here: `status` parses no times
+
     try:
         stamp = pd.Timestamp(stripped)
     except (ValueError, TypeError):

@@ -57,7 +57,7 @@ COMMANDS: dict[str, CommandEntry] = {
         "Re-enter the gray rollout (also leaves a hold); resolves the open incident.",
     ),
     "status": CommandEntry(
-        "slaguard.cli.guard",
+        "slaguard.cli.status",
         "status",
         "Fleet mode (since when, why, who), leader, open incidents, per-arm SLA figures.",
     ),

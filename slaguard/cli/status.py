@@ -1,0 +1,137 @@
+"""`slaguard status`: the fleet mode (since when, why, who), the guard leader, open
+incidents and per-arm SLA figures, read from the audit database (the service may be down).
+
+No pandas here (`guard/status_rows.py`): it is what an SRE runs first in an incident.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from slaguard.audit.engine import error_line
+from slaguard.audit.timeargs import parse_duration
+from slaguard.cli.dbopen import DbOption, open_audit_db
+from slaguard.cli.errors import fail
+from slaguard.cli.mode import GUARD_STATEMENT_TIMEOUT_S
+from slaguard.guard.leader import current_leader
+from slaguard.guard.modes import TransitionKind
+from slaguard.guard.status_rows import arm_sla, incident_rows
+from slaguard.guard.store import GuardStore
+from slaguard.plaintext import visible
+from slaguard.scheduler.rollout import ModeKind
+
+
+def _iso_times(row: dict[str, Any]) -> dict[str, Any]:
+    """JSON times as every other command writes them: ISO 8601 to the microsecond."""
+    return {
+        k: v.isoformat(timespec="microseconds") if isinstance(v, datetime) else v
+        for k, v in row.items()
+    }
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _ago(seconds: float) -> str:
+    left = max(0, int(seconds))
+    h, rest = divmod(left, 3600)
+    return f"{h}h{rest // 60:02d}m" if h else f"{rest // 60}m{rest % 60:02d}s"
+
+
+def _leader(engine: Engine) -> str:
+    try:
+        return current_leader(engine.url) or "none (no guard replica is running)"
+    except Exception as exc:
+        return f"unknown ({type(exc).__name__})"
+
+
+def status(
+    window: str = typer.Option("15m", "--window", help="SLA figures over this much history."),
+    db: str | None = DbOption,
+    as_json: bool = typer.Option(False, "--json", help="One JSON object instead of text."),
+) -> None:
+    """Fleet mode (since when, why, who), leader, open incidents, per-arm SLA figures."""
+    try:
+        span = parse_duration(window, "--window")
+    except ValueError as exc:
+        fail(str(exc))
+    engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
+    now_s = time.time()
+    now = datetime.fromtimestamp(now_s, UTC)
+    try:
+        st = GuardStore(engine).load(now_s)
+        incidents = incident_rows(engine, open_only=True)
+        arms = arm_sla(engine, now - span, now)
+    except SQLAlchemyError as exc:
+        fail(f"database query failed: {error_line(exc)}")
+    leader = _leader(engine)
+    if as_json:
+        payload = {
+            "mode": st.mode.label, "since_s": st.since_s, "reason": st.reason,
+            "actor": st.actor, "version": st.version,
+            "entered_by": None if st.entered_by is None else st.entered_by.value,
+            "plan_advances": st.auto_advance,
+            "switches_last_hour": st.switches_within_hour(now_s), "leader": leader,
+            "open_incidents": [_iso_times(inc) for inc in incidents],
+            "arms": arms.arms,
+            "window_s": span.total_seconds(), "learned_vs_round_robin": arms.ratio,
+            "verdict": arms.verdict,
+        }  # fmt: skip
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    kind = "" if st.entered_by is None else f" ({st.entered_by.value})"
+    plan = _plan_line(st.mode.kind, st.auto_advance, st.entered_by)
+    lines = [
+        f"fleet mode:   {st.mode.label} since {_utc(st.since_s)} ({_ago(now_s - st.since_s)} ago)",
+        f"why:          {st.reason}{kind}",
+        f"who:          {st.actor} (version {st.version})",
+        f"plan:         {plan}",
+        f"switches:     {_switches(st.switches_within_hour(now_s))} in the last hour",
+        f"guard leader: {leader}",
+        f"incidents:    {len(incidents)} open",
+    ]
+    for inc in incidents:
+        lines.append(
+            f"  #{inc['id']} {inc['detector']} on {inc['subject']} ({inc['severity']}), opened "
+            f"{_utc(inc['opened_at'].timestamp())}; notification {inc['notification_state']}"
+        )
+    lines.append(f"SLA by arm over the last {window}:")
+    if not arms.arms:
+        lines.append("  no decisions in the window")
+    for arm in arms.arms:
+        rate = arm["sla_violation_rate"]
+        lines.append(
+            f"  {arm['arm']:<12} {arm['decisions']:>8} decisions {arm['outcomes']:>8} outcomes "
+            f"{arm['sla_violations']:>7} violations  rate {'-' if rate is None else f'{rate:.2%}'}"
+        )
+    lines.append(f"  {arms.verdict}")
+    # reasons, actors and subjects are data: one line each, their control characters inert
+    typer.echo("\n".join(visible(line) for line in lines))
+
+
+def _switches(n: int) -> str:
+    """Between the round-robin and learned families, which the cap counts; `history`
+    also lists the rollout's stage steps."""
+    return f"{n} policy switch{'' if n == 1 else 'es'} (learned <-> round-robin)"
+
+
+def _plan_line(kind: ModeKind, auto_advance: bool, entered_by: TransitionKind | None) -> str:
+    """What moves the fleet from here (a hold said "or the breaker", which never leaves
+    one; an automatic return follows only a trip)."""
+    if auto_advance:
+        return "advances by the rollout plan"
+    if kind is ModeKind.HELD_ROUND_ROBIN:
+        return "held: nothing automatic leaves it; `slaguard resume` does"
+    if kind is ModeKind.ROUND_ROBIN and entered_by is TransitionKind.TRIP:
+        return "stays until `slaguard resume` (or an automatic return: breaker.auto_return)"
+    if kind is ModeKind.ROUND_ROBIN:
+        return "stays until `slaguard resume`"
+    return "stays until the breaker trips or a human moves it"
