@@ -6,8 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
-from slaguard.service.config import ServiceConfigError, admin_token, load_config
+from slaguard.service.config import (
+    ALERT_SEVERITIES,
+    SLAGUARD_ALERTS,
+    ServiceConfigError,
+    admin_token,
+    load_config,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _error(path: Path | None = None, flags: dict[str, object] | None = None) -> str:
@@ -151,6 +160,40 @@ def test_a_severity_no_alert_has_is_refused(severity: str, hint: str, tmp_path: 
     )
     both = load_config(None, {"alertmanager": {"rollback_severities": ["critical", "warning"]}})
     assert both.alertmanager.rollback_severities == ("critical", "warning")
+
+
+def test_another_alertmanager_alert_may_have_any_severity(tmp_path: Path) -> None:
+    """`rollback_alerts` may name any Alertmanager alert: its severity is not slaguard's to
+    know. Refused for a day with "not a severity slaguard's alerts have", untrue for it."""
+    (tmp_path / "serve.yaml").write_text(
+        "alertmanager:\n  rollback_alerts: [VllmReplicasDown]\n  rollback_severities: [page]\n"
+    )
+    config = load_config(tmp_path / "serve.yaml")
+    assert config.alertmanager.rollback_alerts == ("VllmReplicasDown",)
+    assert config.alertmanager.rollback_severities == ("page",)
+    mixed = {
+        "rollback_alerts": ["SlaguardDown", "VllmReplicasDown"],
+        "rollback_severities": ["page"],
+    }
+    assert load_config(None, {"alertmanager": mixed}).alertmanager.rollback_severities == ("page",)
+    only_ours = {"rollback_alerts": ["SlaguardDown"], "rollback_severities": ["critcal"]}
+    assert _error(flags={"alertmanager": only_ours}).endswith(
+        "fix: use critical or warning (did you mean 'critical'?)"
+    )
+
+
+def test_slaguard_alerts_are_those_of_the_alert_rules() -> None:
+    """The names the severity check treats as slaguard's own, and their severities."""
+    names: set[str] = set()
+    severities: set[str] = set()
+    for path in (ROOT / "alerts").glob("slaguard-*.yml"):
+        for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]:
+            for rule in group["rules"]:
+                if "alert" in rule:
+                    names.add(rule["alert"])
+                    severities.add(rule["labels"]["severity"])
+    assert names == SLAGUARD_ALERTS
+    assert severities == set(ALERT_SEVERITIES)
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -40,6 +41,31 @@ ENV_PREFIX = "SLAGUARD_SERVE_"
 ADMIN_TOKEN_ENV = "SLAGUARD_ADMIN_TOKEN"
 ALERT_SEVERITIES = ("critical", "warning")
 """The `severity` labels of slaguard's alerts (alerts/*.yml)."""
+SLAGUARD_ALERTS = frozenset(
+    {
+        "SlaguardAuditBacklog",
+        "SlaguardAuditRecordsRefused",
+        "SlaguardAuditRecordsUnreadable",
+        "SlaguardAuditSpillGrowing",
+        "SlaguardAuditWriteErrors",
+        "SlaguardColdStartDrift",
+        "SlaguardDecisionLatencyHigh",
+        "SlaguardDown",
+        "SlaguardFleetSwitchedToRoundRobin",
+        "SlaguardHeldInRoundRobinTooLong",
+        "SlaguardHotSpotFlood",
+        "SlaguardMetricsAbsent",
+        "SlaguardRolloutArmLosing",
+        "SlaguardSLAErrorBudgetBurn",
+        "SlaguardSchedulerJobFailing",
+        "SlaguardSchedulerJobOverrunning",
+        "SlaguardSchedulerJobStalled",
+        "SlaguardSlackDeliveryFailing",
+        "SlaguardTargetTTFTAnomaly",
+    }
+)
+"""The alert names of alerts/slaguard-*.yml (a test holds the two together). Other
+Alertmanager alerts may be listed in `rollback_alerts` with severities of their own."""
 
 
 class ServiceConfigError(ValueError):
@@ -129,8 +155,15 @@ class AlertmanagerConfig(_Section):
 
     @field_validator("rollback_severities")
     @classmethod
-    def _known_severities(cls, severities: tuple[str, ...]) -> tuple[str, ...]:
-        """A severity no alert has (`urgent`, `critcal`) silently turned rollback off."""
+    def _known_severities(
+        cls, severities: tuple[str, ...], info: ValidationInfo
+    ) -> tuple[str, ...]:
+        """A severity no slaguard alert has (`urgent`, `critcal`) silently turned rollback
+        off; checked only when every rollback alert is slaguard's own, since another
+        Alertmanager alert (`VllmReplicasDown`) may carry any severity (`page`)."""
+        alerts = info.data.get("rollback_alerts")
+        if alerts is None or not set(alerts) <= SLAGUARD_ALERTS:
+            return severities
         for severity in severities:
             if severity not in ALERT_SEVERITIES:
                 near = difflib.get_close_matches(severity, ALERT_SEVERITIES, n=1)
