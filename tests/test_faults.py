@@ -167,21 +167,28 @@ BAD = [
     (
         "faults:\n  - {kind: jitter, target: x, start_s: 1, end_s: soon, factor: 2}\n",
         "2",
-        "faults[0].end_s: Input should be a valid number",
-        "write an unquoted number",
+        "faults[0].end_s: Input should be a valid number, unable to parse string as a number "
+        "(got 'soon')",
+        "write a number such as 3, 2.5 or 1e3",
     ),
     (
         "faults:\n  - kind: jitter\n    target: x\n    start_s: 1\n    end_s: 2\n"
         "    factor: true\n",
         "6",
-        "faults[0].factor: Input should be a valid number (got true)",
+        "faults[0].factor: Input should be a number, not true or false (got true)",
         "true/false are not numbers",
     ),
     (
-        "faults:\n  - {kind: fail, target: x, start_s: '5', end_s: 9}\n",
+        "faults:\n  - {kind: fail, target: x, start_s: 5, end_s: .inf}\n",
         "2",
-        "faults[0].start_s: Input should be a valid number (got '5')",
-        "write an unquoted number",
+        "faults[0].end_s: Input should be a finite number (got inf)",
+        "write a finite number",
+    ),
+    (
+        "faults:\n  - {kind: hot_prompt, start_s: 1, end_s: 2, share: 0.5, prompt_tokens: 6e3}\n",
+        "2",
+        "faults[0].prompt_tokens: Input should be a valid integer (got '6e3')",
+        "write a whole number in digits, such as 6000 (no quotes, no 6e3, 60.5 or true)",
     ),
     (
         "faults:\n  - {kind: hot_prompt, start_s: 1, end_s: 2, share: 0.5, prompt_tokens: 60.5}\n",
@@ -199,6 +206,23 @@ BAD = [
     ("faults: [\n", "2", "invalid YAML", "correct the syntax"),
     ("- a\n- b\n", "1", "not a mapping", "start the file with `faults:`"),
 ]
+
+
+def test_numbers_yaml_reads_as_text_are_numbers() -> None:
+    """YAML 1.1 reads `1e3` and `5e-1` (no dot) as text; refused for a day as "not a valid
+    number" with the fix "write an unquoted number", which they were. Fleet files take
+    them too; a quoted number is read alike."""
+    schedule = parse_faults(
+        "faults:\n"
+        "  - {kind: load_spike, start_s: 1e3, end_s: 2e3, factor: 3}\n"
+        "  - {kind: hot_prompt, start_s: 1.0e3, end_s: '1500', share: 5e-1, prompt_tokens: 9}\n"
+        "  - {kind: new_model, model: m, start_s: 2E3, latency_factor: 1.5e0}\n"
+        "  - {kind: jitter, target: x, start_s: 0, end_s: 1e2, factor: 2e0}\n"
+    )
+    assert schedule.change_times() == (0.0, 100.0, 1000.0, 1500.0, 2000.0)
+    hot = schedule.hot_prompt(1200.0)
+    assert hot is not None and hot.share == 0.5
+    assert schedule.arrival_rate_factor(1999.0) == 3.0
 
 
 @pytest.mark.parametrize(("text", "line", "problem", "fix"), BAD)

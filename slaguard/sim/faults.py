@@ -1,10 +1,14 @@
 """Fault scenarios (YAML): what goes wrong, where and when, for incident rehearsal.
 
-The schema of issue 3 is accepted exactly (extra fields are kept, not rejected). A
-`FaultSchedule` answers the engine's questions at simulated time `now_s` without I/O:
-a target's latency factor, whether it has failed, the active hot prompt, the arrival-rate
-factor. Arrival-side faults (load_spike, hot_prompt) are applied to the trace up front by
-`arrival_faults.apply_arrival_faults`, deterministically for a seed.
+The schema of issue 3 is accepted as written. Extra fields, in an entry or beside
+`faults:`, are kept and each named in a warning (`FaultSchedule.notes`), not rejected; a
+file with keys but no `faults:` (`fault:` for `faults:`) is refused, as it would mean
+nothing. Times, factors and shares are finite numbers, never true/false, and may be text
+that reads as one (YAML 1.1 reads `1e3` as text); token counts are whole numbers as
+written. A `FaultSchedule` answers the engine's questions at simulated time `now_s` without
+I/O: a target's latency factor, whether it has failed, the active hot prompt, the
+arrival-rate factor. Arrival-side faults (load_spike, hot_prompt) are applied to the trace
+up front by `arrival_faults.apply_arrival_faults`, deterministically for a seed.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from slaguard.fleet import Fleet, Target
+from slaguard.fleet.validation import Number as _FleetNumber
 from slaguard.userfiles import parse_user_yaml, read_user_text, yaml_error_line
 
 KINDS = ("jitter", "fail", "hot_prompt", "new_model", "load_spike")
@@ -32,16 +37,21 @@ MAX_LOAD_FACTOR = 100.0
 """Arrivals are copied in memory: x100 of an hour-long trace is already ~2M requests."""
 
 
+Number = Annotated[_FleetNumber, Field(strict=False)]
+"""A finite float, as fleet files take it: `1e3` (text to YAML 1.1) and `"2.5"` are read,
+true/false are not. Not strict where the scenario models are, for the text."""
+
+
 class FaultError(ValueError):
     """A scenario mistake, worded as one line: `file:line: field: problem; fix: ...`."""
 
 
 class _Window(BaseModel):
-    # strict: YAML `true` is not a factor of 1, nor `"3"` or 2.5 a token count
+    # strict: `"3"` or 2.5 is not a token count; Number fields take `1e3` but never `true`
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False, strict=True)
 
-    start_s: float = Field(ge=0)
-    end_s: float = math.inf
+    start_s: Number = Field(ge=0)
+    end_s: Number = math.inf
 
     @model_validator(mode="after")
     def _ordered(self) -> _Window:
@@ -58,8 +68,8 @@ class JitterFault(_Window):
 
     kind: Literal["jitter"]
     target: str = Field(min_length=1)
-    end_s: float
-    factor: float = Field(gt=0, le=MAX_SLOWDOWN)
+    end_s: Number
+    factor: Number = Field(gt=0, le=MAX_SLOWDOWN)
 
 
 class FailFault(_Window):
@@ -67,15 +77,15 @@ class FailFault(_Window):
 
     kind: Literal["fail"]
     target: str = Field(min_length=1)
-    end_s: float
+    end_s: Number
 
 
 class HotPromptFault(_Window):
     """One identical prompt (same prefix blocks) as `share` of the arrivals in the window."""
 
     kind: Literal["hot_prompt"]
-    end_s: float
-    share: float = Field(gt=0, le=1)
+    end_s: Number
+    share: Number = Field(gt=0, le=1)
     prompt_tokens: int = Field(gt=0)
     output_tokens: int | None = Field(default=None, gt=0)
 
@@ -85,15 +95,15 @@ class NewModelFault(_Window):
 
     kind: Literal["new_model"]
     model: str = Field(min_length=1)
-    latency_factor: float = Field(gt=0, le=MAX_SLOWDOWN)
+    latency_factor: Number = Field(gt=0, le=MAX_SLOWDOWN)
 
 
 class LoadSpikeFault(_Window):
     """Arrivals in the window multiplied by factor (extra copies or thinning)."""
 
     kind: Literal["load_spike"]
-    end_s: float
-    factor: float = Field(gt=0, le=MAX_LOAD_FACTOR)
+    end_s: Number
+    factor: Number = Field(gt=0, le=MAX_LOAD_FACTOR)
 
 
 Fault = Annotated[
@@ -210,8 +220,11 @@ _FIXES = {
     "greater_than": "use a larger value",
     "greater_than_equal": "use a larger value",
     "less_than_equal": "use a smaller value",
-    "float_type": "write an unquoted number such as 3 or 2.5 (true/false are not numbers)",
-    "int_type": "write an unquoted whole number such as 6000",
+    "float_type": "write a number such as 3, 2.5 or 1e3",
+    "float_parsing": "write a number such as 3, 2.5 or 1e3",
+    "number_type": "write a number such as 3 or 2.5 (true/false are not numbers)",
+    "finite_number": "write a finite number",
+    "int_type": "write a whole number in digits, such as 6000 (no quotes, no 6e3, 60.5 or true)",
     "string_type": "write a name",
     "union_tag_invalid": f"use a kind among {', '.join(KINDS)}",
     "union_tag_not_found": f"add `kind:` ({', '.join(KINDS)})",
