@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, NoReturn
@@ -23,10 +21,12 @@ from slaguard.audit.migrate import SchemaNotCurrentError, upgrade
 from slaguard.audit.models import Decision, Incident, ModeChange, WeightVersion
 from slaguard.audit.spill import SpillInUseError
 from slaguard.audit.writer import open_writer
+from slaguard.audit.writer_settings import WriterStats
 from slaguard.cli.dbopen import connect
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.cli.output import check_writable, writing
+from slaguard.cli.stops import Stopped, StopSignals
 from slaguard.fleet import Fleet
 from slaguard.guard.guard import Guard
 from slaguard.plaintext import visible
@@ -161,20 +161,48 @@ def _rows_held(engine: Engine) -> str | None:
     return None
 
 
-def _finish_audit(sink: AuditObserver, report: dict[str, Any], fleet_file: Path | None) -> None:
-    """Write trips and mode switches, drain the writer, say where to look (with the fleet
-    file: `audit summary` reads capacity shares from it)."""
-    incidents = sink.record_guard_history(report)
-    stats = sink.writer.close(drain_timeout_s=120)
+def _drain(sink: AuditObserver, stops: StopSignals) -> WriterStats:
+    """Close the audit writer, waiting up to 120 s for its rows; says so first when rows
+    are waiting. A stop signal now ends the wait: one line says what is left where, and
+    nothing more is written (exit 128 + the first stop signal's number)."""
+    stops.raise_at_once()
+    waiting = sink.writer.stats().queue_depth
+    if waiting:
+        print(
+            f"audit: writing the last {waiting} rows (up to 120 s; Ctrl-C again leaves them "
+            f"in {sink.writer.spill_dir})",
+            file=sys.stderr,
+        )
+    try:
+        return sink.writer.close(drain_timeout_s=120)
+    except Stopped as exc:
+        fail(
+            f"interrupted by {signal.Signals(exc.signo).name} while writing the audit rows: those "
+            f"not yet in {shown_url(sink.writer.engine.url)} stay in the spill journal "
+            f"{sink.writer.spill_dir} (they replay when a writer opens it again); the run's "
+            "mode switches and incidents were not written",
+            code=128 + (stops.signo or exc.signo),
+        )
+
+
+def _finish_audit(
+    sink: AuditObserver, report: dict[str, Any], fleet_file: Path | None, stops: StopSignals
+) -> None:
+    """Drain the writer, then write trips and mode switches (history only beside the rows
+    it is about), and say where to look (with the fleet file: `audit summary` reads
+    capacity shares from it)."""
+    stats = _drain(sink, stops)
     url = shown_url(sink.writer.engine.url)
     fleet = "" if fleet_file is None else f" --fleet '{fleet_file}'"
     if stats.queue_depth:
         fail(
             f"--audit-db: {stats.queue_depth} of {sink.decisions + sink.outcomes} rows not "
             f"written to {url} within 120 s ({stats.rows_written} written); they stay in the "
-            f"spill journal {sink.writer.spill_dir} and replay when a writer opens it again",
+            f"spill journal {sink.writer.spill_dir} and replay when a writer opens it again; "
+            "the run's mode switches and incidents were not written",
             code=1,
         )
+    incidents = sink.record_guard_history(report)
     print(
         f"audit: {sink.decisions} decisions and {sink.outcomes} outcomes recorded "
         f"({stats.rows_written} rows written) in {url}; try: slaguard audit summary "
@@ -184,35 +212,12 @@ def _finish_audit(sink: AuditObserver, report: dict[str, Any], fleet_file: Path 
     )
 
 
-class _Stopped(Exception):
-    """SIGTERM or SIGHUP during the run: handled like Ctrl-C, exit 128 + its number."""
-
-    def __init__(self, signo: int) -> None:
-        super().__init__(signal.Signals(signo).name)
-        self.signo = signo
-
-
-def _raise_stopped(signo: int, _frame: object) -> None:
-    raise _Stopped(signo)
-
-
-@contextlib.contextmanager
-def _stop_signals_raised() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise `_Stopped` while the run lasts (their default killed the
-    process mid-run: no word, the audit writer's journal left unreplayed)."""
-    previous = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for signo, handler in previous.items():
-            signal.signal(signo, handler)
-
-
-def _run(sim: Simulation, horizon: float) -> Results:
-    """The run, with a progress bar on a terminal."""
+def _run(sim: Simulation, horizon: float, stops: StopSignals) -> Results:
+    """The run, with a progress bar on a terminal; a stop signal takes effect at the next
+    simulated second (`progress_every_s`)."""
     console = Console(stderr=True)
     if not console.is_terminal:
-        return sim.run()
+        return sim.run(lambda _t: stops.check())
     with Progress(
         TextColumn("simulating"),
         BarColumn(),
@@ -222,43 +227,50 @@ def _run(sim: Simulation, horizon: float) -> Results:
         transient=True,
     ) as bar:
         task = bar.add_task("", total=horizon)
-        return sim.run(
-            lambda t: bar.update(
+
+        def progress(t: float) -> None:
+            stops.check()
+            done = f"{t:.0f}/{horizon:.0f} s"
+            bar.update(
                 task,
                 completed=min(t, horizon),
-                description=f"{t:.0f}/{horizon:.0f} s"
-                if t <= horizon
-                else f"last arrivals finishing ({t:.0f} s)",
+                description=done if t <= horizon else f"last arrivals finishing ({t:.0f} s)",
             )
-        )
+
+        return sim.run(progress)
 
 
 def _interrupted(
-    exc: BaseException,
+    exc: Stopped,
     sim: Simulation,
     horizon: float,
     controller: SimObserver,
     sink: AuditObserver | None,
+    stops: StopSignals,
 ) -> NoReturn:
     """Say where the run stopped; an audit DB gets the run up to there, whole: the mode
     switches and incidents so far (else written only at the end) and every acknowledged
     row drained from the writer's journal."""
-    signo = exc.signo if isinstance(exc, _Stopped) else int(signal.SIGINT)
+    signo = exc.signo
     where = (
         f"interrupted by {signal.Signals(signo).name} at {sim.results.sim_s:.0f} of "
         f"{horizon:.0f} simulated s (last arrival); no report written"
     )
     if sink is not None:
+        stats = _drain(sink, stops)
         trips = controller.trips if isinstance(controller, GuardController) else []
-        sink.record_guard_history({"guard": {"trips": trips}})
-        stats = sink.writer.close(drain_timeout_s=120)
+        if not stats.queue_depth:
+            sink.record_guard_history({"guard": {"trips": trips}})
         url = shown_url(sink.writer.engine.url)
         where += (
             f"; {url} holds the run up to there: {sink.decisions} decisions, "
             f"{sink.outcomes} outcomes (requests in flight have none)"
         )
         if stats.queue_depth:
-            where += f", {stats.queue_depth} rows still in {sink.writer.spill_dir}"
+            where += (
+                f", {stats.queue_depth} rows still in {sink.writer.spill_dir} (the mode "
+                "switches and incidents not written)"
+            )
     fail(where, code=128 + signo)
 
 
@@ -297,38 +309,38 @@ def simulate(
         workload,
         controller,
         schedule,
-        SimOptions(rate_scale=rate_scale, weight_update_s=weight_update_s),
+        SimOptions(rate_scale=rate_scale, weight_update_s=weight_update_s, progress_every_s=1.0),
     )
-    sink = _audit_sink(audit_db, sim) if audit_db else None
     horizon = float(sim.arrivals[-1]) if len(workload) else 0.0
-    try:
-        with _stop_signals_raised():
-            results = _run(sim, horizon)
-    except (KeyboardInterrupt, _Stopped) as exc:
-        _interrupted(exc, sim, horizon, controller, sink)
-    extra: dict[str, Any] = {
-        "rate_scale": rate_scale,
-        "seed": seed,
-        "fleet": fleet.name,
-        "weights": {
-            "version": sim.scheduler.weights.version,
-            "values": sim.scheduler.weights.as_dict(),
-        },
-    }
-    report = build_report(
-        fleet=fleet,
-        workload=workload,
-        results=results,
-        policy=policy.value,
-        trace_path=trace_path,
-        faults=schedule.report_rows(),
-        trips=controller.trips if isinstance(controller, GuardController) else None,
-        extra=extra,
-    )
-    if report_json is not None:
-        with writing(report_json, "--report-json"):
-            report_json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"report written to {report_json}", file=sys.stderr)
-    if sink is not None:
-        _finish_audit(sink, report, fleet_file)
-    print_summary(report, Console())
+    with StopSignals().installed() as stops:
+        sink = _audit_sink(audit_db, sim) if audit_db else None
+        try:
+            results = _run(sim, horizon, stops)
+        except Stopped as exc:
+            _interrupted(exc, sim, horizon, controller, sink, stops)
+        extra: dict[str, Any] = {
+            "rate_scale": rate_scale,
+            "seed": seed,
+            "fleet": fleet.name,
+            "weights": {
+                "version": sim.scheduler.weights.version,
+                "values": sim.scheduler.weights.as_dict(),
+            },
+        }
+        report = build_report(
+            fleet=fleet,
+            workload=workload,
+            results=results,
+            policy=policy.value,
+            trace_path=trace_path,
+            faults=schedule.report_rows(),
+            trips=controller.trips if isinstance(controller, GuardController) else None,
+            extra=extra,
+        )
+        if report_json is not None:
+            with writing(report_json, "--report-json"):
+                report_json.write_text(json.dumps(report, indent=2) + "\n")
+            print(f"report written to {report_json}", file=sys.stderr)
+        if sink is not None:
+            _finish_audit(sink, report, fleet_file, stops)
+        print_summary(report, Console())
