@@ -15,7 +15,8 @@ from service_helpers import Clock, build_test_service
 from sqlalchemy import Engine, text
 from typer.testing import CliRunner
 
-from slaguard.cli import guard as guard_cli
+from slaguard.cli import mode as mode_cli
+from slaguard.cli import status as status_cli
 from slaguard.cli.main import app
 from slaguard.service import bootstrap
 
@@ -28,7 +29,8 @@ def test_a_locked_fleet_state_is_a_counted_sync_error_not_a_silent_wait(
     """Mode sync waited 33 s on a 40 s lock with sync_errors unchanged and nothing in
     the log; `slaguard status` and `rollback` hung 38 s."""
     monkeypatch.setattr(bootstrap, "SERVICE_STATEMENT_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(guard_cli, "GUARD_STATEMENT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(status_cli, "GUARD_STATEMENT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(mode_cli, "GUARD_STATEMENT_TIMEOUT_S", 0.5)
     url = pg_audit_engine.url.render_as_string(hide_password=False)
     service = build_test_service(tmp_path, Clock(time.time()), db=url)
     try:
@@ -36,11 +38,18 @@ def test_a_locked_fleet_state_is_a_counted_sync_error_not_a_silent_wait(
         with pg_connect(pg_audit_engine.url) as locker, locker.transaction():
             locker.execute("LOCK TABLE fleet_state IN ACCESS EXCLUSIVE MODE")
             asyncio.run(service.runtime.modes.sync(time.time()))  # the lock is still held
-            result = CliRunner().invoke(app, ["status", "--db", url])
+            started = time.monotonic()
+            results = [
+                CliRunner().invoke(app, [*command, "--db", url])
+                for command in (["status"], ["rollback", "--reason", "drill"])
+            ]
+            took = time.monotonic() - started
         assert replica.stats.sync_errors >= 1
         assert "statement timeout" in (replica.stats.last_error or "")
-        assert result.exit_code == 2, result.output
-        assert "statement timeout" in result.stderr and len(result.stderr.splitlines()) == 1
+        for result in results:
+            assert result.exit_code == 2, result.output
+            assert "statement timeout" in result.stderr and len(result.stderr.splitlines()) == 1
+        assert took < 10  # each bounded by the 0.5 s set here, not the 15 s default
     finally:
         service.close()
 
