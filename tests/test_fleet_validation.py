@@ -6,7 +6,9 @@ import re
 
 import pytest
 
-from slaguard.fleet import FleetError, build_fleet
+from slaguard.fleet import FleetError, Priority, Request, build_fleet
+from slaguard.scheduler.core import Scheduler
+from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN
 
 
 def _one_target(model: str, card: str, tp: int) -> dict[str, object]:
@@ -66,26 +68,47 @@ _LLAMA_8B = {
 }
 
 
-@pytest.mark.parametrize(
-    ("degrade_to", "loop"),
-    [
-        ("llama3.1-70b", "llama3.1-8b -> llama3.1-70b -> llama3.1-8b"),  # 70b degrades to 8b
-        ("llama3.1-8b", "llama3.1-8b -> llama3.1-8b"),
-    ],
-)
-def test_a_degrade_loop_is_refused_at_the_model_the_file_wrote(degrade_to: str, loop: str) -> None:
-    """Accepted before; the router follows degrade_to from model to model, and a loop
-    never ends."""
+def test_a_model_degrading_to_itself_is_refused() -> None:
     doc = {
-        "models": {"llama3.1-8b": {**_LLAMA_8B, "degrade_to": degrade_to}},
+        "models": {"llama3.1-8b": {**_LLAMA_8B, "degrade_to": "llama3.1-8b"}},
         "targets": [{"id": "a", "model": "llama3.1-8b", "card": "h100"}],
     }
     with pytest.raises(FleetError) as err:
         build_fleet(doc, "fleet.yaml")
     assert str(err.value) == (
-        f"fleet.yaml: models.llama3.1-8b.degrade_to: degrade loop {loop}; "
-        "fix: remove it, or point it at a model that does not degrade back"
+        "fleet.yaml: models.llama3.1-8b.degrade_to: llama3.1-8b degrades to itself; "
+        "fix: name the model its requests fall back to, or remove degrade_to"
     )
+
+
+def test_models_degrading_to_each_other_by_priority_route_every_request() -> None:
+    """70B serves high and normal and degrades to 8B; 8B serves low and normal and
+    degrades to 70B: refused for a while as a loop, though each request takes one hop."""
+    doc = {
+        "models": {"llama3.1-8b": {**_LLAMA_8B, "degrade_to": "llama3.1-70b"}},
+        "targets": [
+            {"id": "big", "model": "llama3.1-70b", "card": "h100", "tp": 4,
+             "priorities": ["high", "normal"]},
+            {"id": "small", "model": "llama3.1-8b", "card": "h100", "count": 2,
+             "priorities": ["low", "normal"]},
+        ],
+    }  # fmt: skip
+    fleet = build_fleet(doc, "fleet.yaml")
+    assert fleet.notes == ()
+    sched = Scheduler(fleet)
+    served = {}
+    for mode in (LEARNED, ROUND_ROBIN):
+        for model, priority in [("llama3.1-70b", Priority.LOW), ("llama3.1-8b", Priority.HIGH)]:
+            request = Request(f"{model}-{priority}-{mode.label}", 500, 50, model, priority, 5.0)
+            decision = sched.decide(request, 0.0, mode)
+            assert decision.target is not None, decision.explanation
+            served[(model, priority.value, mode.label)] = decision.target.id.split("-")[0]
+    assert served == {
+        ("llama3.1-70b", "low", "learned"): "small",
+        ("llama3.1-8b", "high", "learned"): "big",
+        ("llama3.1-70b", "low", "round_robin"): "small",
+        ("llama3.1-8b", "high", "round_robin"): "big",
+    }
 
 
 def test_a_degrade_chain_that_ends_is_accepted() -> None:

@@ -244,24 +244,18 @@ def _smallest_tp(target: Target) -> int | None:
     )
 
 
-def _refuse_degrade_cycle(source: str, models: dict[str, ModelSpec], written: set[str]) -> None:
-    """A degrade chain must end: a loop is a request degraded forever. The error names a
-    model the file wrote, where the loop can be cut."""
-    for start in models:
-        chain = [start]
-        while (step := models[chain[-1]].degrade_to) is not None and step not in chain:
-            chain.append(step)
-        if step is None:
-            continue
-        loop = chain[chain.index(step) :]
-        at = next((i for i, m in enumerate(loop) if m in written), 0)
-        loop = loop[at:] + loop[:at]
-        raise _fail(
-            source,
-            f"models.{loop[0]}.degrade_to",
-            f"degrade loop {' -> '.join([*loop, loop[0]])}",
-            "remove it, or point it at a model that does not degrade back",
-        )
+def _refuse_degrade_to_itself(source: str, models: dict[str, ModelSpec]) -> None:
+    """A model degrading to itself names no fallback: a typo for another model. A loop
+    through others is a real setup (70B degrades to 8B at low priority, 8B to 70B at
+    high): the router takes one hop per request, so it always ends."""
+    for name, spec in models.items():
+        if spec.degrade_to == name:
+            raise _fail(
+                source,
+                f"models.{name}.degrade_to",
+                f"{name} degrades to itself",
+                "name the model its requests fall back to, or remove degrade_to",
+            )
 
 
 def _fail(source: str, field: str, problem: str, fix: str) -> FleetError:
@@ -305,7 +299,7 @@ def build_fleet(raw: Any, source: str = "<fleet>") -> Fleet:
                 f"unknown model {m.degrade_to!r}",
                 f"use one of {sorted(models)}",
             )
-    _refuse_degrade_cycle(source, models, set(spec.models))
+    _refuse_degrade_to_itself(source, models)
     targets: list[Target] = []
     seen: set[str] = set()
     for i, ts in enumerate(spec.targets):
