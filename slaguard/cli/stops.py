@@ -4,7 +4,7 @@ Raised wherever the run happened to be, a signal could land between the audit wr
 journal append and its count of waiting rows (the count went to -1, the drain misjudged
 what was left). While a run lasts, the handler only notes the signal and the run checks
 it between simulated steps; while the writer drains, a further signal raises at once, so
-a second Ctrl-C ends a slow drain. A signal ignored on entry (`nohup`) stays ignored.
+a second Ctrl-C ends a slow drain.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import signal
 from collections.abc import Iterator
 from types import FrameType
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+from slaguard.stopsignals import taken_over
 
 
 class Stopped(Exception):
@@ -49,13 +49,5 @@ class StopSignals:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[StopSignals]:
-        old = {
-            s: signal.signal(s, self._on_signal)
-            for s in STOP_SIGNALS
-            if signal.getsignal(s) is not signal.SIG_IGN
-        }
-        try:
+        with taken_over(self._on_signal):
             yield self
-        finally:
-            for s, handler in old.items():
-                signal.signal(s, handler)

@@ -22,7 +22,8 @@ from types import FrameType
 
 import httpx
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+from slaguard.stopsignals import taken_over
+
 GRACE_S = 15.0
 """How long the processes have to exit after SIGTERM (serve drains its audit writer)."""
 KILL_WAIT_S = 5.0
@@ -77,18 +78,10 @@ class StopSignals:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[StopSignals]:
-        """Take the stop signals over, except one ignored at start (`nohup` ignores SIGHUP:
-        that demo is meant to outlive its terminal)."""
-        old = {
-            s: signal.signal(s, self._on_signal)
-            for s in STOP_SIGNALS
-            if signal.getsignal(s) is not signal.SIG_IGN
-        }
-        try:
+        """Take the stop signals over (`stopsignals.taken_over`: one ignored at start
+        stays ignored)."""
+        with taken_over(self._on_signal):
             yield self
-        finally:
-            for s, handler in old.items():
-                signal.signal(s, handler)
 
 
 @dataclass
