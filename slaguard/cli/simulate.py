@@ -161,6 +161,15 @@ def _rows_held(engine: Engine) -> str | None:
     return None
 
 
+def _left_in_journal(sink: AuditObserver, rows: str) -> str:
+    """Where rows the database did not take are, and what that leaves out: one wording for
+    every way a run can end before its writer drained."""
+    return (
+        f"{rows} stay in the spill journal {sink.writer.spill_dir} and replay when a writer "
+        "opens it again; the run's mode switches and incidents were not written"
+    )
+
+
 def _drain(sink: AuditObserver, stops: StopSignals) -> WriterStats:
     """Close the audit writer, waiting up to 120 s for its rows; says so first when rows
     are waiting. A stop signal now ends the wait: one line says what is left where, and
@@ -177,10 +186,8 @@ def _drain(sink: AuditObserver, stops: StopSignals) -> WriterStats:
         return sink.writer.close(drain_timeout_s=120)
     except Stopped as exc:
         fail(
-            f"interrupted by {signal.Signals(exc.signo).name} while writing the audit rows: those "
-            f"not yet in {shown_url(sink.writer.engine.url)} stay in the spill journal "
-            f"{sink.writer.spill_dir} (they replay when a writer opens it again); the run's "
-            "mode switches and incidents were not written",
+            f"interrupted by {signal.Signals(exc.signo).name} while writing the audit rows: "
+            + _left_in_journal(sink, f"those not yet in {shown_url(sink.writer.engine.url)}"),
             code=128 + (stops.signo or exc.signo),
         )
 
@@ -197,9 +204,8 @@ def _finish_audit(
     if stats.queue_depth:
         fail(
             f"--audit-db: {stats.queue_depth} of {sink.decisions + sink.outcomes} rows not "
-            f"written to {url} within 120 s ({stats.rows_written} written); they stay in the "
-            f"spill journal {sink.writer.spill_dir} and replay when a writer opens it again; "
-            "the run's mode switches and incidents were not written",
+            f"written to {url} within 120 s ({stats.rows_written} written); "
+            + _left_in_journal(sink, "they"),
             code=1,
         )
     incidents = sink.record_guard_history(report)
@@ -267,10 +273,7 @@ def _interrupted(
             f"{sink.outcomes} outcomes (requests in flight have none)"
         )
         if stats.queue_depth:
-            where += (
-                f", {stats.queue_depth} rows still in {sink.writer.spill_dir} (the mode "
-                "switches and incidents not written)"
-            )
+            where += "; " + _left_in_journal(sink, f"{stats.queue_depth} rows")
     fail(where, code=128 + signo)
 
 
