@@ -18,6 +18,7 @@ from slaguard.guard.events import (
 )
 from slaguard.guard.guard import Guard
 from slaguard.guard.modes import ModeState
+from slaguard.guard.verdicts import Severity
 from slaguard.scheduler.rollout import ROUND_ROBIN, FleetMode, ModeKind, RolloutPlan
 
 R10 = FleetMode(ModeKind.ROLLOUT, 10)
@@ -91,6 +92,8 @@ def test_one_message_per_state_change_and_manual_resume_resolves() -> None:
     assert [(r.state, r.incident_id) for r in resolved] == [
         (IncidentState.RESOLVED, opened.incident_id)
     ]
+    # every message of the thread carries the incident's severity, not a quieter one
+    assert {e.severity for e in [*incidents, *resolved]} == {Severity.CRITICAL}
     again, more = guard.resume(902.0, actor="ana", reason="flood over")
     assert not again.changed and more == []
 

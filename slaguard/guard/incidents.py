@@ -28,6 +28,11 @@ class OpenIncident:
     seen: set[tuple[str, str]] = field(default_factory=set)
 
 
+INCIDENT_SEVERITY = Severity.CRITICAL
+"""An incident is the whole fleet switched off the learned policy: it pages, and every
+message of its thread (updates and the resolution too) says so."""
+
+
 def _evidence(trips: list[Verdict]) -> JsonDict:
     return {"verdicts": [v.to_dict() for v in trips]}
 
@@ -47,7 +52,6 @@ class IncidentTracker:
         now_s: float,
         summary: str,
         evidence: JsonDict,
-        severity: Severity,
         modes: tuple[str, str] | None = None,
     ) -> IncidentEvent:
         inc = self.current
@@ -60,7 +64,7 @@ class IncidentTracker:
             now_s,
             inc.opened_at_s,
             inc.detector,
-            severity,
+            INCIDENT_SEVERITY,
             inc.subject,
             summary,
             before,
@@ -89,15 +93,11 @@ class IncidentTracker:
                 seen=keys,
             )
             summary = f"{first.summary}; fleet {mode_before} -> {mode_after}"
-            return self._event(
-                IncidentState.OPENED, now_s, summary, _evidence(trips), Severity.CRITICAL
-            )
+            return self._event(IncidentState.OPENED, now_s, summary, _evidence(trips))
         self.current.cleared = False
         self.current.seen |= keys
         summary = f"fault is back: {first.summary}"
-        return self._event(
-            IncidentState.UPDATED, now_s, summary, _evidence(trips), Severity.CRITICAL
-        )
+        return self._event(IncidentState.UPDATED, now_s, summary, _evidence(trips))
 
     def joined(self, now_s: float, trips: list[Verdict]) -> IncidentEvent | None:
         """Update once when a detector/subject not yet in the open incident trips too."""
@@ -109,7 +109,7 @@ class IncidentTracker:
             return None
         inc.seen |= {(v.detector, v.subject) for v in new}
         summary = "also: " + "; ".join(v.summary for v in new)
-        return self._event(IncidentState.UPDATED, now_s, summary, _evidence(new), Severity.CRITICAL)
+        return self._event(IncidentState.UPDATED, now_s, summary, _evidence(new))
 
     def cleared(self, now_s: float, mode: str, how_to_resume: str) -> IncidentEvent | None:
         """The breaker cleared but the fleet stays on round-robin for now."""
@@ -118,9 +118,7 @@ class IncidentTracker:
             return None
         inc.cleared = True
         summary = f"detectors are back to normal; fleet stays on {mode}: {how_to_resume}"
-        return self._event(
-            IncidentState.UPDATED, now_s, summary, {}, Severity.WARNING, (mode, mode)
-        )
+        return self._event(IncidentState.UPDATED, now_s, summary, {}, (mode, mode))
 
     def alert_resolved(
         self, now_s: float, detector: str, alertnames: set[str], mode: str
@@ -136,9 +134,7 @@ class IncidentTracker:
             return None
         inc.cleared = True
         summary = f"{', '.join(sorted(names))} resolved; the fleet stays on {mode} until resumed"
-        return self._event(
-            IncidentState.UPDATED, now_s, summary, {}, Severity.WARNING, (mode, mode)
-        )
+        return self._event(IncidentState.UPDATED, now_s, summary, {}, (mode, mode))
 
     def resolved(
         self, now_s: float, reason: str, mode_before: str, mode_after: str
@@ -146,8 +142,6 @@ class IncidentTracker:
         """The episode is over (fleet back on the learned policy, or held by a human)."""
         if self.current is None:
             return None
-        event = self._event(
-            IncidentState.RESOLVED, now_s, reason, {}, Severity.WARNING, (mode_before, mode_after)
-        )
+        event = self._event(IncidentState.RESOLVED, now_s, reason, {}, (mode_before, mode_after))
         self.current = None
         return event
