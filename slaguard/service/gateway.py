@@ -321,7 +321,7 @@ def _finish_whole(
 def _meter(rt: ServiceRuntime, entry: Pending, meter: StreamMeter, chunk: bytes) -> None:
     """Meter a chunk; the first token's TTFT goes to the guard as soon as it is seen."""
     meter.feed(chunk)
-    if meter.first_token_at is not None and not entry.ttft_fed:
+    if meter.first_token_at is not None and entry.first_ttft_s is None:
         rt.first_token(entry, meter.first_token_at - meter.started)
 
 

@@ -41,8 +41,9 @@ class Pending(msgspec.Struct, gc=False):
     """The chosen target's score components when the learned arm chose it."""
     done: bool = False
     sla_met: bool | None = None
-    ttft_fed: bool = False
-    """The guard already has the TTFT (`first_token`)."""
+    first_ttft_s: float | None = None
+    """The TTFT `first_token` already gave the guard (None: not given): a later
+    `finish` without a TTFT of its own is judged and recorded with it."""
 
 
 @dataclass(slots=True)

@@ -258,9 +258,9 @@ class ServiceRuntime:
         """The answer's first token (seen by the gateway, or reported with
         `/v1/first-token`): the TTFT detectors get it now, not when the answer ends (no
         I/O: a queue append). False when the guard already has it or the request ended."""
-        if entry.done or entry.ttft_fed or entry.target_index is None:
+        if entry.done or entry.first_ttft_s is not None or entry.target_index is None:
             return False
-        entry.ttft_fed = True
+        entry.first_ttft_s = ttft_s
         target = self.fleet.targets[entry.target_index]
         self.modes.on_first_token(
             FirstToken(
@@ -281,10 +281,13 @@ class ServiceRuntime:
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
     ) -> Finished:
-        """Record a request's outcome once; a second call is a no-op reporting duplicate."""
+        """Record a request's outcome once; a second call is a no-op reporting duplicate.
+        Without a `ttft_s` the one `first_token` got stands (the SLA is on the TTFT)."""
         if entry.done:
             return Finished(False, True, entry.sla_met)
         entry.done = True
+        if ttft_s is None:
+            ttft_s = entry.first_ttft_s
         now = self.clock()
         deadline = entry.deadline_s
         met = sla_met(status, ttft_s, e2e_s, deadline)
@@ -330,7 +333,7 @@ class ServiceRuntime:
                 arm=entry.arm,
                 prefix_id=entry.prefix_id,
                 prompt_tokens=prompt,
-                ttft_observed=entry.ttft_fed and ttft_s is not None,
+                ttft_observed=entry.first_ttft_s is not None,
             )
         )
         return Finished(True, False, met)

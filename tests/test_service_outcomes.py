@@ -1,0 +1,81 @@
+"""Outcomes through the routing API: what `/v1/first-token` and `/v1/feedback` record.
+
+A real service on 127.0.0.1 (uvicorn, SQLite audit DB, real audit writer), time from a
+settable clock; stored outcomes are polled for in the database.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from helpers import wait_for
+from service_helpers import Clock, build_test_service
+
+from slaguard.audit.service import UnknownRequestError, explain
+from slaguard.service.app import create_app
+from slaguard.service.bootstrap import Service
+from slaguard.service.local import ServerThread
+
+SMALL = {"model": "llama3.1-8b", "prompt_tokens": 50, "max_new_tokens": 10}
+
+
+@dataclass
+class Api:
+    service: Service
+    client: httpx.Client
+
+    def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        return self.client.post(path, json=body)
+
+    def routed(self, request_id: str, **extra: Any) -> dict[str, Any]:
+        """A routed decision (every target's picture pushed fresh first)."""
+        for t in self.service.runtime.fleet:
+            self.post("/v1/telemetry", {"target": t.id, "queue_depth": 0})
+        r = self.post("/v1/route", {**SMALL, "request_id": request_id, **extra})
+        assert r.status_code == 200, r.text
+        out: dict[str, Any] = r.json()
+        return out
+
+    def outcome(self, decision_id: str) -> dict[str, Any]:
+        def stored() -> dict[str, Any] | None:
+            try:
+                return explain(self.service.engine, decision_id).outcome
+            except UnknownRequestError:
+                return None
+
+        found: dict[str, Any] = wait_for(f"the outcome of {decision_id}", stored)
+        return found
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    service = build_test_service(tmp_path_factory.mktemp("outcomes"), Clock(time.time()))
+    app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=10) as client:
+        yield Api(service, client)
+    service.close()
+
+
+def test_the_first_token_ttft_judges_a_feedback_without_one(api: Api) -> None:
+    """The TTFT sent with /v1/first-token was dropped: the SLA was judged on e2e (6 s,
+    past the 4 s TTFT deadline) though the first token came at 0.5 s."""
+    api.routed("ft-kept")
+    fed = api.post("/v1/first-token", {"decision_id": "ft-kept", "ttft_s": 0.5})
+    assert fed.json()["fed"] is True
+    r = api.post("/v1/feedback", {"decision_id": "ft-kept", "status": "ok", "e2e_s": 6})
+    assert r.json()["sla_met"] is True
+    stored = api.outcome("ft-kept")
+    assert (stored["ttft_s"], stored["sla_met"]) == (0.5, True)
+
+
+def test_the_feedback_ttft_wins_over_the_first_token_one(api: Api) -> None:
+    api.routed("ft-overridden")
+    api.post("/v1/first-token", {"decision_id": "ft-overridden", "ttft_s": 0.5})
+    r = api.post("/v1/feedback", {"decision_id": "ft-overridden", "ttft_s": 9.0, "e2e_s": 10})
+    assert r.json()["sla_met"] is False
+    assert api.outcome("ft-overridden")["ttft_s"] == 9.0
