@@ -337,7 +337,13 @@ def test_long_and_token_id_prompts_pass_and_an_impossible_one_is_a_422(stack: St
     ids = {"model": MODEL, "prompt": [1, 2, 3], "max_tokens": 4}
     assert stack.client.post("/v1/completions", json=ids).status_code == 200
     completed = stack.service.runtime.finished_count
-    r = stack.client.post("/v1/chat/completions", json=_chat(4, text="x" * 600_000))
+    too_long = _chat(4, text="x" * 600_000)
+    r = stack.client.post("/v1/chat/completions", json=too_long, headers={"X-Request-Id": "nf-1"})
     assert r.status_code == 422 and "retry-after" not in r.headers
     assert r.json()["error"].startswith("messages: ") and "context window" in r.json()["error"]
     assert stack.service.runtime.finished_count == completed
+    # refused as a client error: no anonymous no_capacity row in the audit either
+    writer = stack.service.runtime.writer
+    assert writer is not None and writer.wait_flushed(10.0)
+    with pytest.raises(UnknownRequestError):
+        explain(stack.service.engine, "nf-1")

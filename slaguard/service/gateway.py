@@ -157,11 +157,11 @@ async def _proxy(
     decide_s = time.perf_counter() - started
     entry = routed.entry
     if entry.target_index is None:
-        rt.record_decision(routed, decide_s)
         if (impossible := rt.never_fits(routed)) is not None:
-            rt.pending.pop(entry.decision_id, None)  # a client error: not an SLA miss
+            rt.pending.pop(entry.decision_id, None)  # a client error: no SLA miss, no record
             where = "prompt" if isinstance(body, CompletionRequest) else "messages"
             raise FieldError(where, f"{impossible}; send a shorter one or fewer max_tokens")
+        rt.record_decision(routed, decide_s)
         rt.finish(entry, "rejected", ttft_s=None, tpot_s=None, e2e_s=None)
         notes = "; ".join(routed.decision.explanation.notes) or "no eligible target"
         raise HTTPException(503, f"no capacity for {body.model}: {notes}", {"Retry-After": "1"})
