@@ -28,6 +28,7 @@ SMALL = {"model": "llama3.1-8b", "prompt_tokens": 50, "max_new_tokens": 10}
 class Api:
     service: Service
     client: httpx.Client
+    clock: Clock
 
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
         return self.client.post(path, json=body)
@@ -40,6 +41,18 @@ class Api:
         assert r.status_code == 200, r.text
         out: dict[str, Any] = r.json()
         return out
+
+    def no_capacity(self, request_id: str) -> dict[str, Any]:
+        """A decision that went to no target: every picture is stale by then."""
+        self.clock.now += 5.0
+        out: dict[str, Any] = self.post("/v1/route", {**SMALL, "request_id": request_id}).json()
+        assert out["outcome"] == "no_capacity", out
+        return out
+
+    def flushed(self) -> None:
+        """Every record acknowledged so far is in the database."""
+        writer = self.service.runtime.writer
+        assert writer is not None and writer.wait_flushed(10.0)
 
     def outcome(self, decision_id: str) -> dict[str, Any]:
         def stored() -> dict[str, Any] | None:
@@ -54,10 +67,11 @@ class Api:
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    service = build_test_service(tmp_path_factory.mktemp("outcomes"), Clock(time.time()))
+    clock = Clock(time.time())
+    service = build_test_service(tmp_path_factory.mktemp("outcomes"), clock)
     app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
     with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=10) as client:
-        yield Api(service, client)
+        yield Api(service, client, clock)
     service.close()
 
 
@@ -79,3 +93,20 @@ def test_the_feedback_ttft_wins_over_the_first_token_one(api: Api) -> None:
     r = api.post("/v1/feedback", {"decision_id": "ft-overridden", "ttft_s": 9.0, "e2e_s": 10})
     assert r.json()["sla_met"] is False
     assert api.outcome("ft-overridden")["ttft_s"] == 9.0
+
+
+@pytest.mark.parametrize("evicted", [False, True], ids=["in-memory", "from-the-database"])
+def test_feedback_for_a_decision_routed_nowhere_is_refused(api: Api, evicted: bool) -> None:
+    """It was taken (`status: ok` with latencies: recorded, SLA met) and counted in
+    `audit summary` as a served request; after a restart the same, from the database."""
+    decision_id = f"nowhere-{evicted}"
+    api.no_capacity(decision_id)
+    if evicted:
+        api.flushed()
+        api.service.runtime.pending.pop(decision_id)
+    body = {"decision_id": decision_id, "status": "ok", "ttft_s": 0.2, "e2e_s": 1.0}
+    r = api.post("/v1/feedback", body)
+    assert r.status_code == 409, r.text
+    assert r.json()["error"].startswith(f"decision_id: decision {decision_id!r} was no_capacity")
+    api.flushed()
+    assert explain(api.service.engine, decision_id).outcome is None

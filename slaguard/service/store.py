@@ -21,6 +21,8 @@ class StoredDecision:
     request_id: str
     has_outcome: bool
     deadline_s: float
+    routed: bool
+    """False for a `no_capacity` decision: it went to no target."""
 
 
 class DecisionStore:
@@ -33,13 +35,15 @@ class DecisionStore:
         """A decision by request id (and whether its outcome is stored), or None."""
         with self.engine.connect() as conn:
             row = conn.execute(
-                select(Decision.request_id, Decision.deadline_s, Outcome.request_id)
+                select(
+                    Decision.request_id, Decision.deadline_s, Outcome.request_id, Decision.target_id
+                )
                 .outerjoin(Outcome, Outcome.request_id == Decision.request_id)
                 .where(Decision.request_id == request_id)
             ).one_or_none()
         if row is None:
             return None
-        return StoredDecision(row[0], row[2] is not None, float(row[1]))
+        return StoredDecision(row[0], row[2] is not None, float(row[1]), row[3] is not None)
 
     def find_explanation(self, request_id: str) -> dict[str, Any] | None:
         """A stored decision's explanation (what `?explain=1` answered), or None."""

@@ -54,6 +54,10 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse},
     422: {"model": ErrorResponse},
 }
+FEEDBACK_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    409: {"model": ErrorResponse},
+}
 
 
 def runtime_of(request: Request) -> ServiceRuntime:
@@ -64,6 +68,17 @@ def runtime_of(request: Request) -> ServiceRuntime:
 
 class NotFoundError(LookupError):
     """Answered as 404 with the message."""
+
+
+class RoutedNowhereError(ValueError):
+    """Feedback for a `no_capacity` decision: answered as 409 with the message."""
+
+    def __init__(self, decision_id: str) -> None:
+        super().__init__(
+            f"decision_id: decision {decision_id!r} was no_capacity (routed to no target), so "
+            "it has no outcome to report; fix: send feedback only for a decision with a "
+            "target (route the request again for one)"
+        )
 
 
 def route_body(
@@ -153,7 +168,7 @@ async def route(request: Request) -> Response:
 @hot.post(
     "/v1/feedback",
     response_model=FeedbackResponse,
-    responses=ERRORS,
+    responses=FEEDBACK_ERRORS,
     summary="Report how a routed request went",
     openapi_extra=json_body(FeedbackRequest),
 )
@@ -169,6 +184,8 @@ async def feedback(request: Request) -> Response:
             return json_response(await _feedback_from_db(rt, body))
         except NotFoundError as exc:
             return error_response(404, str(exc))
+        except RoutedNowhereError as exc:
+            return error_response(409, str(exc))
         except SQLAlchemyError as exc:  # not recorded: the client must send it again
             return error_response(
                 503,
@@ -176,6 +193,8 @@ async def feedback(request: Request) -> Response:
                 f"({error_line(exc)}); retry",
                 {"Retry-After": "5"},
             )
+    if entry.target_index is None:
+        return error_response(409, str(RoutedNowhereError(body.decision_id)))
     done = rt.finish(
         entry,
         body.status,
@@ -251,6 +270,8 @@ async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> dict[s
             f"decision_id: no decision {body.decision_id!r}; fix: send the decision_id "
             "that POST /v1/route returned"
         )
+    if not found.routed:
+        raise RoutedNowhereError(body.decision_id)
     if found.has_outcome:
         return {**answer, "sla_met": None}
     ok = sla_met(body.status, body.ttft_s, body.e2e_s, found.deadline_s)
