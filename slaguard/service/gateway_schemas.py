@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from slaguard.service.schemas import ID_PATTERN, MAX_TOKENS, Count
+from slaguard.service.schemas import ID_PATTERN, MAX_TOKENS, Count, Flag
 
 
 class _Open(BaseModel):
@@ -28,7 +28,7 @@ class ChatCompletionRequest(_Open):
     messages: list[ChatMessage] = Field(min_length=1, max_length=10_000)
     max_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
     max_completion_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    stream: bool = False
+    stream: Flag = False
 
 
 class CompletionRequest(_Open):
@@ -37,7 +37,7 @@ class CompletionRequest(_Open):
     """Text, texts, token ids or lists of token ids, as OpenAI takes it (its size is bounded
     by the body limit)."""
     max_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    stream: bool = False
+    stream: Flag = False
 
 
 class GatewayHeaders(BaseModel):

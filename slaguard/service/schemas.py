@@ -19,8 +19,9 @@ ID_PATTERN = r"^[\x21-\x7e]{1,128}$"
 
 
 def _a_json_number(value: object) -> object:
-    """`"100"` or `true` for a count is a client's bug, not a number (pydantic's lax mode
-    would take both); `10.0` stays accepted, as many JSON encoders write it."""
+    """`"100"` or `true` for a number is a client's bug, not a number (pydantic's lax mode
+    would take both); `10.0` stays accepted for a count, as many JSON encoders write it,
+    and `10` for a float."""
     if isinstance(value, str | bool):
         raise PydanticCustomError(
             "json_number",
@@ -30,8 +31,23 @@ def _a_json_number(value: object) -> object:
     return value
 
 
+def _a_json_bool(value: object) -> object:
+    """`"yes"`, `"true"` or `1` for a flag is a client's bug (pydantic's lax mode would
+    take them all)."""
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        kind = "string" if isinstance(value, str) else "number"
+        raise PydanticCustomError(
+            "json_bool", "Input should be true or false, not a {kind}", {"kind": kind}
+        )
+    return value
+
+
 Count = Annotated[int, BeforeValidator(_a_json_number)]
 """An integer field of a request body."""
+Number = Annotated[float, BeforeValidator(_a_json_number)]
+"""A float field of a request body (a JSON integer is one too)."""
+Flag = Annotated[bool, BeforeValidator(_a_json_bool)]
+"""A boolean field of a request body."""
 
 
 class _Body(BaseModel):
@@ -47,7 +63,7 @@ class RouteRequest(_Body):
     prompt_tokens: Count = Field(ge=0, le=MAX_TOKENS)
     max_new_tokens: Count = Field(ge=0, le=MAX_TOKENS)
     priority: str = Field(default="normal", description="high, normal or low")
-    deadline_s: float | None = Field(
+    deadline_s: Number | None = Field(
         default=None, gt=0, le=86_400, description="TTFT deadline; default: the priority's SLA"
     )
     prefix_id: str | None = Field(default=None, min_length=1, max_length=128)
@@ -74,9 +90,9 @@ class FeedbackRequest(_Body):
 
     decision_id: str = Field(pattern=ID_PATTERN)
     status: Literal["ok", "failed", "rejected", "timeout"] = "ok"
-    ttft_s: float | None = Field(default=None, ge=0, le=86_400)
-    tpot_s: float | None = Field(default=None, ge=0, le=3_600)
-    e2e_s: float | None = Field(default=None, ge=0, le=86_400)
+    ttft_s: Number | None = Field(default=None, ge=0, le=86_400)
+    tpot_s: Number | None = Field(default=None, ge=0, le=3_600)
+    e2e_s: Number | None = Field(default=None, ge=0, le=86_400)
     prompt_tokens: Count | None = Field(default=None, ge=0, le=MAX_TOKENS)
     completion_tokens: Count | None = Field(default=None, ge=0, le=MAX_TOKENS)
 
@@ -85,7 +101,7 @@ class FirstTokenRequest(_Body):
     """A routed request's first token, seen by a client that streams the answer itself."""
 
     decision_id: str = Field(pattern=ID_PATTERN)
-    ttft_s: float = Field(ge=0, le=86_400)
+    ttft_s: Number = Field(ge=0, le=86_400)
 
 
 class FirstTokenResponse(BaseModel):
@@ -106,11 +122,11 @@ class TelemetryRequest(_Body):
     """A pushed hardware picture of one target (any subset of the fields)."""
 
     target: str = Field(min_length=1, max_length=128)
-    memory_used_gb: float | None = Field(default=None, ge=0, le=100_000)
-    kv_used_gb: float | None = Field(default=None, ge=0, le=100_000)
-    kv_used_ratio: float | None = Field(default=None, ge=0, le=1)
-    queue_depth: float | None = Field(default=None, ge=0, le=10_000_000)
-    healthy: bool | None = None
+    memory_used_gb: Number | None = Field(default=None, ge=0, le=100_000)
+    kv_used_gb: Number | None = Field(default=None, ge=0, le=100_000)
+    kv_used_ratio: Number | None = Field(default=None, ge=0, le=1)
+    queue_depth: Number | None = Field(default=None, ge=0, le=10_000_000)
+    healthy: Flag | None = None
 
 
 class TelemetryResponse(BaseModel):
