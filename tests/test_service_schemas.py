@@ -66,3 +66,29 @@ def test_a_json_integer_is_a_float_and_true_a_flag(client: httpx.Client) -> None
     assert client.post("/v1/first-token", json=body).status_code == 200
     fed = client.post("/v1/feedback", json={**body, "tpot_s": 0, "e2e_s": 2})
     assert fed.status_code == 200 and fed.json()["sla_met"] is True, fed.text
+
+
+def _keys(node: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """(where, key) for every key of a JSON document's objects, not counting the names
+    under `properties` (a field may be called anything)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if not path.endswith("/properties"):
+                yield path, key
+            yield from _keys(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _keys(value, f"{path}/{index}")
+
+
+def test_openapi_bounds_are_json_schema_keywords(client: httpx.Client) -> None:
+    """`ge`/`le`/`gt` were published for optional counts and bounded floats (pydantic's
+    own names): JSON Schema tools ignored them, so the bounds were not in the contract."""
+    document = client.get("/openapi.json").json()
+    found = [f"{where}/{key}" for where, key in _keys(document) if key in {"ge", "le", "gt", "lt"}]
+    assert found == []
+    feedback = document["paths"]["/v1/feedback"]["post"]
+    fields = feedback["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    tokens = {"minimum": 0, "maximum": 10_000_000, "type": "integer"}
+    assert tokens in fields["prompt_tokens"]["anyOf"]
+    assert "503" in feedback["responses"] and "409" in feedback["responses"]

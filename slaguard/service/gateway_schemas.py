@@ -5,11 +5,13 @@ Only the fields slaguard needs are declared; every other field is forwarded unto
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from slaguard.service.schemas import ID_PATTERN, MAX_TOKENS, Count, Flag
+from slaguard.service.schemas import ID_PATTERN, JSON_NUMBER, MAX_TOKENS, Flag
+
+MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS), JSON_NUMBER]
 
 
 class _Open(BaseModel):
@@ -26,8 +28,8 @@ class ChatCompletionRequest(_Open):
 
     model: str = Field(min_length=1, max_length=128)
     messages: list[ChatMessage] = Field(min_length=1, max_length=10_000)
-    max_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    max_completion_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    max_tokens: MaxTokens | None = None
+    max_completion_tokens: MaxTokens | None = None
     stream: Flag = False
 
 
@@ -36,7 +38,7 @@ class CompletionRequest(_Open):
     prompt: str | list[str] | list[int] | list[list[int]]
     """Text, texts, token ids or lists of token ids, as OpenAI takes it (its size is bounded
     by the body limit)."""
-    max_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    max_tokens: MaxTokens | None = None
     stream: Flag = False
 
 

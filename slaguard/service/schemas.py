@@ -42,10 +42,14 @@ def _a_json_bool(value: object) -> object:
     return value
 
 
-Count = Annotated[int, BeforeValidator(_a_json_number)]
-"""An integer field of a request body."""
-Number = Annotated[float, BeforeValidator(_a_json_number)]
-"""A float field of a request body (a JSON integer is one too)."""
+JSON_NUMBER = BeforeValidator(_a_json_number)
+"""A number of a request body, after its bounds: `Annotated[int, Field(ge=0), JSON_NUMBER]`
+(an integer count, a float: a JSON integer is one too). With the bounds after it (on the
+field of a `... | None`) pydantic published them as `ge`/`le`, not JSON Schema's
+`minimum`/`maximum`."""
+Tokens = Annotated[int, Field(ge=0, le=MAX_TOKENS), JSON_NUMBER]
+Seconds = Annotated[float, Field(ge=0, le=86_400), JSON_NUMBER]
+Gigabytes = Annotated[float, Field(ge=0, le=100_000), JSON_NUMBER]
 Flag = Annotated[bool, BeforeValidator(_a_json_bool)]
 """A boolean field of a request body."""
 
@@ -60,11 +64,11 @@ class RouteRequest(_Body):
     """Metadata of one inference request the platform's gateway is about to send."""
 
     model: str = Field(min_length=1, max_length=128, description="fleet model id")
-    prompt_tokens: Count = Field(ge=0, le=MAX_TOKENS)
-    max_new_tokens: Count = Field(ge=0, le=MAX_TOKENS)
+    prompt_tokens: Tokens
+    max_new_tokens: Tokens
     priority: str = Field(default="normal", description="high, normal or low")
-    deadline_s: Number | None = Field(
-        default=None, gt=0, le=86_400, description="TTFT deadline; default: the priority's SLA"
+    deadline_s: Annotated[float, Field(gt=0, le=86_400), JSON_NUMBER] | None = Field(
+        default=None, description="TTFT deadline; default: the priority's SLA"
     )
     prefix_id: str | None = Field(default=None, min_length=1, max_length=128)
     prompt_hash: str | None = Field(default=None, min_length=1, max_length=128)
@@ -90,18 +94,18 @@ class FeedbackRequest(_Body):
 
     decision_id: str = Field(pattern=ID_PATTERN)
     status: Literal["ok", "failed", "rejected", "timeout"] = "ok"
-    ttft_s: Number | None = Field(default=None, ge=0, le=86_400)
-    tpot_s: Number | None = Field(default=None, ge=0, le=3_600)
-    e2e_s: Number | None = Field(default=None, ge=0, le=86_400)
-    prompt_tokens: Count | None = Field(default=None, ge=0, le=MAX_TOKENS)
-    completion_tokens: Count | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    ttft_s: Seconds | None = None
+    tpot_s: Annotated[float, Field(ge=0, le=3_600), JSON_NUMBER] | None = None
+    e2e_s: Seconds | None = None
+    prompt_tokens: Tokens | None = None
+    completion_tokens: Tokens | None = None
 
 
 class FirstTokenRequest(_Body):
     """A routed request's first token, seen by a client that streams the answer itself."""
 
     decision_id: str = Field(pattern=ID_PATTERN)
-    ttft_s: Number = Field(ge=0, le=86_400)
+    ttft_s: Seconds
 
 
 class FirstTokenResponse(BaseModel):
@@ -122,10 +126,10 @@ class TelemetryRequest(_Body):
     """A pushed hardware picture of one target (any subset of the fields)."""
 
     target: str = Field(min_length=1, max_length=128)
-    memory_used_gb: Number | None = Field(default=None, ge=0, le=100_000)
-    kv_used_gb: Number | None = Field(default=None, ge=0, le=100_000)
-    kv_used_ratio: Number | None = Field(default=None, ge=0, le=1)
-    queue_depth: Number | None = Field(default=None, ge=0, le=10_000_000)
+    memory_used_gb: Gigabytes | None = None
+    kv_used_gb: Gigabytes | None = None
+    kv_used_ratio: Annotated[float, Field(ge=0, le=1), JSON_NUMBER] | None = None
+    queue_depth: Annotated[float, Field(ge=0, le=10_000_000), JSON_NUMBER] | None = None
     healthy: Flag | None = None
 
 
@@ -140,7 +144,9 @@ class ModeRequest(_Body):
     action: Literal["rollback", "hold", "resume"]
     reason: str = Field(min_length=1, max_length=500)
     actor: str = Field(default="api", min_length=1, max_length=128)
-    stage_pct: Count | None = Field(default=None, gt=0, le=100, description="resume only")
+    stage_pct: Annotated[int, Field(gt=0, le=100), JSON_NUMBER] | None = Field(
+        default=None, description="resume only"
+    )
 
 
 class ModeResponse(BaseModel):

@@ -57,6 +57,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 FEEDBACK_ERRORS: dict[int | str, dict[str, Any]] = {
     **ERRORS,
     409: {"model": ErrorResponse},
+    503: {"model": ErrorResponse},
 }
 
 
