@@ -7,6 +7,7 @@ log; an Alertmanager rollback also opens an incident and writes its message to a
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -295,3 +296,27 @@ def test_bad_alertmanager_payload(admin: Admin) -> None:
     bad = _webhook("SlaguardSLAErrorBudgetBurn") | {"version": "3"}
     r = admin.client.post("/v1/alertmanager", json=bad, headers=AUTH)
     assert r.status_code == 422 and r.json()["error"].startswith("version")
+
+
+def test_a_mode_command_that_changes_nothing_is_logged_at_info(
+    admin: Admin, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every Alertmanager repeat of a firing alert logged `fleet mode rollback by
+    alertmanager: fleet already on round_robin; nothing to roll back` at WARNING, which
+    is for what changes routing."""
+    caplog.set_level(logging.INFO, logger="slaguard.service.modes")
+    admin.client.post("/v1/mode", json={"action": "resume", "reason": "again"}, headers=AUTH)
+    later = datetime.fromtimestamp(time.time() + 1, UTC).isoformat().replace("+00:00", "Z")
+    firing = _webhook("SlaguardSLAErrorBudgetBurn", starts_at=later)
+    for _ in range(2):
+        admin.client.post("/v1/alertmanager", json=firing, headers=AUTH)
+    said = [
+        (r.levelname, r.getMessage().split(":")[0])
+        for r in caplog.records
+        if r.name == "slaguard.service.modes" and r.getMessage().startswith("fleet mode")
+    ]
+    assert said == [
+        ("WARNING", "fleet mode resume by api"),
+        ("WARNING", "fleet mode rollback by alertmanager"),
+        ("INFO", "fleet mode rollback by alertmanager"),
+    ]

@@ -331,7 +331,10 @@ class ReplicaModes:
         except ModeBusyError as exc:
             raise ModeUnavailableError(str(exc)) from exc
         msg = outcome.result.message
-        log.warning("fleet mode %s by %s: %s", action.value, actor, msg)
+        # WARNING only for what moves traffic: Alertmanager repeats a firing alert every
+        # repeat interval, and each no-op said so at WARNING
+        level = logging.WARNING if outcome.result.changed else logging.INFO
+        log.log(level, "fleet mode %s by %s: %s", action.value, actor, msg)
         self.metrics.set_fleet_mode(self.replica.current())
         return outcome
 
