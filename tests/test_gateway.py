@@ -256,7 +256,10 @@ def test_every_candidate_failing_is_a_502(stack: Stack) -> None:
         ({**_chat(), "max_tokens": 0}, {}, "max_tokens"),
         ({**_chat(), "max_tokens": "5"}, {}, "max_tokens"),
         (_chat(), {"X-Slaguard-Priority": "vip"}, "X-Slaguard-Priority"),
-        (_chat(), {"X-Slaguard-Deadline-S": "-1"}, "x-slaguard-deadline-s"),
+        # header names as documented in every error (the lower-case ones came through)
+        (_chat(), {"x-slaguard-deadline-s": "-1"}, "X-Slaguard-Deadline-S: "),
+        (_chat(), {"X-Request-Id": "a b"}, "X-Request-Id: "),
+        (_chat(), {"X-Slaguard-Prefix-Id": ""}, "X-Slaguard-Prefix-Id: "),
     ],
 )
 def test_bad_gateway_input(

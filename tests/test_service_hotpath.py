@@ -170,10 +170,10 @@ def test_openapi_publishes_the_hot_bodies(served: tuple[Service, httpx.Client]) 
     assert route_params == {"explain"}
     chat = doc["paths"]["/v1/chat/completions"]["post"]
     assert {p["name"] for p in chat["parameters"]} == {
-        "x-slaguard-priority",
-        "x-slaguard-deadline-s",
-        "x-request-id",
-        "x-slaguard-prefix-id",
+        "X-Slaguard-Priority",
+        "X-Slaguard-Deadline-S",
+        "X-Request-Id",
+        "X-Slaguard-Prefix-Id",
     }
     items = chat["requestBody"]["content"]["application/json"]["schema"]["properties"]
     assert items["messages"]["items"]["required"] == ["role"]  # the nested model, inlined

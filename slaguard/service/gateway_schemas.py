@@ -43,15 +43,16 @@ class CompletionRequest(_Open):
 
 
 class GatewayHeaders(BaseModel):
-    """The business metadata the gateway reads from request headers."""
+    """The business metadata the gateway reads from request headers (looked up without
+    regard to case; named as documented, so an error names them so too)."""
 
     model_config = ConfigDict(allow_inf_nan=False)
 
-    priority: str | None = Field(default=None, alias="x-slaguard-priority")
-    deadline_s: float | None = Field(default=None, alias="x-slaguard-deadline-s", gt=0, le=86_400)
-    request_id: str | None = Field(default=None, alias="x-request-id", pattern=ID_PATTERN)
+    priority: str | None = Field(default=None, alias="X-Slaguard-Priority")
+    deadline_s: float | None = Field(default=None, alias="X-Slaguard-Deadline-S", gt=0, le=86_400)
+    request_id: str | None = Field(default=None, alias="X-Request-Id", pattern=ID_PATTERN)
     prefix_id: str | None = Field(
-        default=None, alias="x-slaguard-prefix-id", min_length=1, max_length=128
+        default=None, alias="X-Slaguard-Prefix-Id", min_length=1, max_length=128
     )
 
 
