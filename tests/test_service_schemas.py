@@ -55,6 +55,18 @@ def test_a_number_or_flag_of_the_wrong_json_type_is_a_422(
     assert r.status_code == 422 and r.json()["error"].startswith(error), r.json()
 
 
+@pytest.mark.parametrize("prompt", [5, None, {"text": "x"}, [1, "x"], [[1, "x"]]])
+def test_a_completions_prompt_of_no_accepted_shape_is_one_line(
+    client: httpx.Client, prompt: Any
+) -> None:
+    """It was `prompt.str: Input should be a valid string (and 3 more problems)`."""
+    r = client.post("/v1/completions", json={"model": "llama3.1-8b", "prompt": prompt})
+    assert r.status_code == 422 and r.json()["error"] == (
+        "prompt: Input should be a string, a list of strings, a list of token ids "
+        "(integers) or a list of such lists"
+    )
+
+
 def test_a_json_integer_is_a_float_and_true_a_flag(client: httpx.Client) -> None:
     pushed = client.post("/v1/telemetry", json={"target": "h100-8b", "queue_depth": 3})
     assert pushed.status_code == 200, pushed.text

@@ -7,11 +7,26 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidator
+from pydantic_core import PydanticCustomError
+from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 
 from slaguard.service.schemas import ID_PATTERN, JSON_NUMBER, MAX_TOKENS, Flag
 
 MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS), JSON_NUMBER]
+
+
+def _one_prompt_error(value: object, handler: ValidatorFunctionWrapHandler) -> object:
+    """One line for a prompt of no accepted shape, not one per union member (`prompt.str:
+    Input should be a valid string (and 3 more problems)`)."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise PydanticCustomError(
+            "prompt_shape",
+            "Input should be a string, a list of strings, a list of token ids (integers) "
+            "or a list of such lists",
+        ) from None
 
 
 class _Open(BaseModel):
@@ -35,7 +50,9 @@ class ChatCompletionRequest(_Open):
 
 class CompletionRequest(_Open):
     model: str = Field(min_length=1, max_length=128)
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: Annotated[
+        str | list[str] | list[int] | list[list[int]], WrapValidator(_one_prompt_error)
+    ]
     """Text, texts, token ids or lists of token ids, as OpenAI takes it (its size is bounded
     by the body limit)."""
     max_tokens: MaxTokens | None = None
