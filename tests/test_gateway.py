@@ -337,8 +337,13 @@ def test_long_and_token_id_prompts_pass_and_an_impossible_one_is_a_422(stack: St
     counted as an SLA miss."""
     long_prompt = {"model": MODEL, "prompt": "hello " * 8000, "max_tokens": 4}
     assert stack.client.post("/v1/completions", json=long_prompt).status_code == 200
-    ids = {"model": MODEL, "prompt": [1, 2, 3], "max_tokens": 4}
-    assert stack.client.post("/v1/completions", json=ids).status_code == 200
+    ids = {"model": MODEL, "prompt": [1, 2, 3, 4, 5], "max_tokens": 4}
+    sent = stack.client.post("/v1/completions", json=ids, headers={"X-Request-Id": "ids-1"})
+    assert sent.status_code == 200
+    assert stack.outcome("ids-1").decision["prompt_tokens"] == 5, "ids counted as they are"
+    text = {"model": MODEL, "prompt": "12345678", "max_tokens": 4}
+    sent = stack.client.post("/v1/completions", json=text, headers={"X-Request-Id": "text-1"})
+    assert stack.outcome("text-1").decision["prompt_tokens"] == 2, "8 characters at 4 a token"
     completed = stack.service.runtime.finished_count
     too_long = _chat(4, text="x" * 600_000)
     r = stack.client.post("/v1/chat/completions", json=too_long, headers={"X-Request-Id": "nf-1"})

@@ -22,6 +22,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
@@ -145,7 +146,7 @@ async def _proxy(
     prefix = meta.prefix_id or hashlib.blake2b(key, digest_size=8).hexdigest()
     req = rt.request(
         model=body.model,
-        prompt_tokens=int(len(text) / g.chars_per_token) + ids + 1,
+        prompt_tokens=math.ceil(len(text) / g.chars_per_token) + ids,
         max_new_tokens=max_new or g.default_max_tokens,
         priority=priority,
         deadline_s=meta.deadline_s,
