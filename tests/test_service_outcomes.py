@@ -110,3 +110,19 @@ def test_feedback_for_a_decision_routed_nowhere_is_refused(api: Api, evicted: bo
     assert r.json()["error"].startswith(f"decision_id: decision {decision_id!r} was no_capacity")
     api.flushed()
     assert explain(api.service.engine, decision_id).outcome is None
+
+
+def test_a_duplicate_after_a_restart_answers_the_stored_verdict(api: Api) -> None:
+    """It answered `sla_met: null` though the stored outcome said the SLA was met."""
+    api.routed("dup-stored")
+    body = {"decision_id": "dup-stored", "ttft_s": 0.5, "e2e_s": 1.0}
+    assert api.post("/v1/feedback", body).json()["sla_met"] is True
+    api.flushed()
+    api.service.runtime.pending.pop("dup-stored")  # as after a restart
+    again = api.post("/v1/feedback", {**body, "ttft_s": 99.0}).json()
+    assert again == {
+        "decision_id": "dup-stored",
+        "recorded": False,
+        "duplicate": True,
+        "sla_met": True,
+    }

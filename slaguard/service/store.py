@@ -19,7 +19,8 @@ class StoredDecision:
     """What feedback needs about a decision found only in the database."""
 
     request_id: str
-    has_outcome: bool
+    sla_met: bool | None
+    """The stored outcome's verdict; None: no outcome stored yet."""
     deadline_s: float
     routed: bool
     """False for a `no_capacity` decision: it went to no target."""
@@ -32,18 +33,18 @@ class DecisionStore:
         self.engine = engine
 
     def find_decision(self, request_id: str) -> StoredDecision | None:
-        """A decision by request id (and whether its outcome is stored), or None."""
+        """A decision by request id (and its stored outcome's verdict), or None."""
         with self.engine.connect() as conn:
             row = conn.execute(
                 select(
-                    Decision.request_id, Decision.deadline_s, Outcome.request_id, Decision.target_id
+                    Decision.request_id, Decision.deadline_s, Outcome.sla_met, Decision.target_id
                 )
                 .outerjoin(Outcome, Outcome.request_id == Decision.request_id)
                 .where(Decision.request_id == request_id)
             ).one_or_none()
         if row is None:
             return None
-        return StoredDecision(row[0], row[2] is not None, float(row[1]), row[3] is not None)
+        return StoredDecision(row[0], row[2], float(row[1]), row[3] is not None)
 
     def find_explanation(self, request_id: str) -> dict[str, Any] | None:
         """A stored decision's explanation (what `?explain=1` answered), or None."""

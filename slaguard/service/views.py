@@ -273,8 +273,8 @@ async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> dict[s
         )
     if not found.routed:
         raise RoutedNowhereError(body.decision_id)
-    if found.has_outcome:
-        return {**answer, "sla_met": None}
+    if found.sla_met is not None:
+        return {**answer, "sla_met": found.sla_met}
     ok = sla_met(body.status, body.ttft_s, body.e2e_s, found.deadline_s)
     rt.late_outcomes[body.decision_id] = ok
     if len(rt.late_outcomes) > LATE_OUTCOMES_KEPT:
