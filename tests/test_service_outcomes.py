@@ -126,3 +126,38 @@ def test_a_duplicate_after_a_restart_answers_the_stored_verdict(api: Api) -> Non
         "duplicate": True,
         "sla_met": True,
     }
+
+
+@pytest.mark.parametrize(
+    ("tokens", "field"),
+    [((200_000, 10), "prompt_tokens"), ((10, 9_000_000), "max_new_tokens")],
+)
+def test_a_route_no_target_could_ever_take_is_a_422(
+    api: Api, tokens: tuple[int, int], field: str
+) -> None:
+    """It was a 200 no_capacity (retried as a capacity problem) and audited, where the
+    gateway answered the same request 422: retrying cannot help."""
+    api.routed("warm-up")  # every picture fresh: only the size can refuse it
+    rt = api.service.runtime
+    pending, decisions = len(rt.pending), _decisions(api)
+    request_id = f"never-{field}"
+    body = {**SMALL, "prompt_tokens": tokens[0], "max_new_tokens": tokens[1]}
+    r = api.post("/v1/route", {**body, "request_id": request_id})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"].startswith(f"{field}: the prompt (~{tokens[0]} tokens)")
+    assert "context window" in r.json()["error"]
+    assert decisions > 0 and (len(rt.pending), _decisions(api)) == (pending, decisions)
+    api.flushed()
+    with pytest.raises(UnknownRequestError):
+        explain(api.service.engine, request_id)
+
+
+def _decisions(api: Api) -> float:
+    """Routing decisions counted in the metrics."""
+    return sum(
+        sample.value
+        for metric in api.service.runtime.metrics.registry.collect()
+        if metric.name == "slaguard_decisions"
+        for sample in metric.samples
+        if sample.name == "slaguard_decisions_total"
+    )

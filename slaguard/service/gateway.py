@@ -53,7 +53,7 @@ from slaguard.service.hotpath import (
     unless_client_leaves,
 )
 from slaguard.service.pending import Pending, Routed
-from slaguard.service.runtime import FieldError, ServiceRuntime
+from slaguard.service.runtime import FieldError, NeverFitsError, ServiceRuntime
 from slaguard.service.schemas import ErrorResponse
 from slaguard.service.sse_meter import StreamMeter
 from slaguard.service.views import runtime_of
@@ -154,14 +154,14 @@ async def _proxy(
         prefix_id=prefix,
     )
     started = time.perf_counter()
-    routed = rt.decide(req, record=False)
+    try:
+        routed = rt.decide(req, record=False)
+    except NeverFitsError as exc:  # a client error: no SLA miss, no audit record
+        where = "prompt" if isinstance(body, CompletionRequest) else "messages"
+        raise FieldError(where, f"{exc}; send a shorter one or fewer max_tokens") from None
     decide_s = time.perf_counter() - started
     entry = routed.entry
     if entry.target_index is None:
-        if (impossible := rt.never_fits(routed)) is not None:
-            rt.pending.pop(entry.decision_id, None)  # a client error: no SLA miss, no record
-            where = "prompt" if isinstance(body, CompletionRequest) else "messages"
-            raise FieldError(where, f"{impossible}; send a shorter one or fewer max_tokens")
         rt.record_decision(routed, decide_s)
         rt.finish(entry, "rejected", ttft_s=None, tpot_s=None, e2e_s=None)
         notes = "; ".join(routed.decision.explanation.notes) or "no eligible target"

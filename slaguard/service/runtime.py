@@ -30,7 +30,7 @@ from slaguard.failure_log import FailureLog
 from slaguard.fleet import Fleet, Priority, Request
 from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.scheduler.core import Scheduler
-from slaguard.scheduler.explain import Outcome, Reason
+from slaguard.scheduler.explain import Decision, Outcome, Reason
 from slaguard.scheduler.rollout import Arm
 from slaguard.service.config import ServiceConfig
 from slaguard.service.gateway_metrics import GatewayMetrics
@@ -49,6 +49,11 @@ class FieldError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+
+
+class NeverFitsError(ValueError):
+    """No target serving the request's model could ever take it (the message says why):
+    a client error to fix, not a capacity problem to retry; nothing is recorded."""
 
 
 class ServiceRuntime:
@@ -122,12 +127,11 @@ class ServiceRuntime:
                 f"{[p.value for p in Priority if p in served]}",
             )
 
-    def never_fits(self, routed: Routed) -> str | None:
+    def never_fits(self, decision: Decision) -> str | None:
         """Why no target serving the request's model could ever take it (its tokens past
-        every context window or KV budget), or None: then it is a client error to fix,
-        not a capacity problem to retry."""
-        e, req = routed.decision.explanation, routed.decision.request
-        if routed.entry.target_index is not None or len(e.candidates) == 0:
+        every context window or KV budget), or None."""
+        e, req = decision.explanation, decision.request
+        if decision.target is not None or len(e.candidates) == 0:
             return None
         for index, reason in zip(e.candidates.tolist(), e.reasons.tolist(), strict=True):
             target = self.fleet.targets[index]
@@ -179,14 +183,18 @@ class ServiceRuntime:
 
     def decide(self, request: Request, *, record: bool = True) -> Routed:
         """Route one request and remember it; `record=False` defers the audit record
-        (the gateway records once it knows which target actually served)."""
+        (the gateway records once it knows which target actually served). Raises
+        `NeverFitsError`, counting and remembering nothing, for a request no target
+        could ever take."""
         now = request.arrival_s
         mode = self.modes.current()
         started = time.perf_counter()
         decision = self.scheduler.decide(request, now, mode)
         latency = time.perf_counter() - started
-        self.modes.on_arrival(now, request.prefix_id)
         target = decision.target
+        if target is None and (impossible := self.never_fits(decision)) is not None:
+            raise NeverFitsError(impossible)
+        self.modes.on_arrival(now, request.prefix_id)
         learner_components = None
         if target is not None:
             self.scheduler.state.add_queue(target.index, 1)

@@ -28,7 +28,7 @@ from slaguard.service.hotpath import (
     query_flag,
 )
 from slaguard.service.pending import Pending, sla_met
-from slaguard.service.runtime import FieldError, ServiceRuntime
+from slaguard.service.runtime import FieldError, NeverFitsError, ServiceRuntime
 from slaguard.service.schemas import (
     ID_PATTERN,
     ErrorResponse,
@@ -161,7 +161,11 @@ async def route(request: Request) -> Response:
         request_id=body.request_id,
         prefix_id=body.prefix_id or body.prompt_hash,
     )
-    routed = rt.decide(req)
+    try:
+        routed = rt.decide(req)
+    except NeverFitsError as exc:
+        field = "max_new_tokens" if body.max_new_tokens > body.prompt_tokens else "prompt_tokens"
+        return error_response(422, f"{field}: {exc}; fix: send fewer tokens (retrying cannot help)")
     explanation = routed.decision.explanation.to_dict() if explain_it else None
     return json_response(route_body(rt, routed.entry, explanation, explain_it))
 
