@@ -43,6 +43,7 @@ def build_test_service(
         {
             "fleet": fleet,
             "db": str(tmp / "audit.db"),
+            "spill_dir": tmp / "spill",  # a PostgreSQL db would put it in the working dir
             "telemetry": {"scrape": False, "stale_after_s": 1.0},
             "notify_file": tmp / "incidents.jsonl",
             **extra,

@@ -78,7 +78,7 @@ def test_journal_records_the_writer_cannot_read_reach_the_metrics_and_status(
     tmp_path: Path,
 ) -> None:
     """Only the log said so: no series, nothing in `/v1/status`, so no alert could fire."""
-    spill = tmp_path / "audit.db.spill"
+    spill = tmp_path / "spill"  # build_test_service's
     spill.mkdir()
     (spill / f"{0:020d}{SEGMENT_SUFFIX}").write_bytes(b"Q{'a future format'}\n")
     service = build_test_service(tmp_path, Clock(time.time()))
