@@ -24,24 +24,37 @@ _ISO_TIME = re.compile(
 TIME_HELP = "ISO 8601 (2026-11-29T14:00Z; no zone means UTC), 'now', or relative: -2h, -30m, -7d"
 
 
+MAX_DURATION_DAYS = 36_500
+"""Durations and relative times go up to 100 years: far past any retention or postmortem,
+and far inside what a datetime holds (`-99999999d` was an OverflowError traceback)."""
+_MAX_DURATION_S = MAX_DURATION_DAYS * _UNIT_S["d"]
+_MAX_TEXT = f"{MAX_DURATION_DAYS}d (100 years)"
+
+
+def _duration_seconds(text: str) -> float | None:
+    """The seconds of a duration in the grammar above (zero and huge ones included), or None."""
+    if not _DURATION.fullmatch(text.strip()):
+        return None
+    return sum(float(number) * _UNIT_S[unit] for number, _, unit in _DURATION_PART.findall(text))
+
+
 def parse_duration(text: str, option: str) -> timedelta:
     """A positive duration like `30d`, `2h`, `1h30m`, `90s`: every number has a unit of a
     second or more (pandas reads a bare `30` as 30 ns, so `prune --older-than 30` would
     have deleted everything)."""
-    if not _DURATION.fullmatch(text.strip()):
+    seconds = _duration_seconds(text)
+    if seconds is None:
         raise ValueError(
             f"{option}: cannot read {text!r} as a duration; write a number and a unit "
             "(s, m, h, d, w), e.g. 30d, 2h, 1h30m, 90s"
         )
-    seconds = sum(float(number) * _UNIT_S[unit] for number, _, unit in _DURATION_PART.findall(text))
-    try:
-        if seconds > 0:
-            return timedelta(seconds=seconds)
-    except OverflowError:
-        pass
-    raise ValueError(
-        f"{option}: cannot read {text!r} as a positive duration; use e.g. 30d, 2h, 30m, 90s"
-    )
+    if seconds <= 0:
+        raise ValueError(
+            f"{option}: cannot read {text!r} as a positive duration; use e.g. 30d, 2h, 30m, 90s"
+        )
+    if seconds > _MAX_DURATION_S:
+        raise ValueError(f"{option}: {text!r} is too long; durations go up to {_MAX_TEXT}")
+    return timedelta(seconds=seconds)
 
 
 def parse_time(text: str, option: str, now: datetime) -> datetime:
@@ -50,11 +63,16 @@ def parse_time(text: str, option: str, now: datetime) -> datetime:
     if stripped == "now":
         return now
     if stripped.startswith("-"):
-        try:
-            return now - parse_duration(stripped[1:], option)
-        except ValueError:
-            raise ValueError(f"{option}: cannot read {text!r}; use {TIME_HELP}") from None
-    if _BARE_DURATION.fullmatch(stripped) and _is_duration(stripped):
+        seconds = _duration_seconds(stripped[1:])
+        if not seconds:
+            raise ValueError(f"{option}: cannot read {text!r}; use {TIME_HELP}")
+        if seconds > _MAX_DURATION_S:
+            raise ValueError(
+                f"{option}: {text!r} is too far back; relative times go back at most "
+                f"-{_MAX_TEXT}; write an older time as an ISO date, e.g. 1900-01-01"
+            )
+        return now - timedelta(seconds=seconds)
+    if _BARE_DURATION.fullmatch(stripped) and _duration_seconds(stripped):
         # pandas reads "1h" as 01:00 on 1 January of year 1: refuse rather than misread
         raise ValueError(
             f"{option}: {text!r} is a duration, not a time; for {stripped} before now "
@@ -77,14 +95,6 @@ def parse_time(text: str, option: str, now: datetime) -> datetime:
     stamp = stamp.tz_localize(UTC) if stamp.tzinfo is None else stamp.tz_convert(UTC)
     moment: datetime = stamp.to_pydatetime()
     return moment
-
-
-def _is_duration(text: str) -> bool:
-    try:
-        parse_duration(text, "")
-    except ValueError:
-        return False
-    return True
 
 
 def parse_range(since: str, until: str, now: datetime) -> tuple[datetime, datetime]:

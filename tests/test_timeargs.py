@@ -1,0 +1,51 @@
+"""Time and duration arguments at their limits, through the CLI: a relative time or a
+duration past 100 years is one `error:` line naming it and the limit (it was an
+OverflowError traceback)."""
+
+from __future__ import annotations
+
+import pytest
+from test_audit_cli import ok, one_line_error, run_db
+
+TOO_FAR_BACK = "is too far back; relative times go back at most -36500d (100 years)"
+TOO_LONG = "is too long; durations go up to 36500d (100 years)"
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return run_db(tmp_path_factory.mktemp("timeargs"))
+
+
+@pytest.mark.parametrize("since", ["-999999d", "-99999999d", "-36501d", "-99999999999999999999w"])
+@pytest.mark.parametrize("command", [["audit", "decisions"], ["audit", "summary"], ["history"]])
+def test_a_relative_time_past_100_years_is_refused_in_one_line(
+    db: str, command: list[str], since: str
+) -> None:
+    error = one_line_error(*command, "--since", since, "--db", db)
+    assert f"error: --since: '{since}' {TOO_FAR_BACK}; write an older time as an ISO date" in error
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["audit", "prune", "--older-than", "999999d", "--dry-run"],
+        ["audit", "incident", "1", "--after", "99999999d"],
+        ["audit", "incident", "1", "--before", "99999999d"],
+        ["status", "--window", "99999999d"],
+    ],
+)
+def test_a_duration_past_100_years_is_refused_in_one_line(db: str, args: list[str]) -> None:
+    flag, value = args[-2:] if args[-1] != "--dry-run" else args[-3:-1]
+    assert f"error: {flag}: '{value}' {TOO_LONG}\n" == one_line_error(*args, "--db", db)
+
+
+def test_100_years_is_still_read(db: str) -> None:
+    assert "held_round_robin" in ok("audit", "incident", "1", "--after", "36500d", "--db", db)
+    assert ok("audit", "decisions", "--since", "-36500d", "--db", db, "-f", "csv").count("\n") > 1
+    dry = ok("audit", "prune", "--older-than", "36500d", "--dry-run", "--db", db)
+    assert dry.startswith("would delete 0 decisions and 0 outcomes older than 19")
+
+
+def test_an_iso_time_long_ago_is_still_read(db: str) -> None:
+    out = ok("audit", "decisions", "--since", "1900-01-01", "--db", db, "-f", "csv", "--limit", "1")
+    assert out.startswith("request_id,")
