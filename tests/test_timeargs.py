@@ -1,11 +1,15 @@
 """Time and duration arguments at their limits, through the CLI: a relative time or a
 duration past 100 years is one `error:` line naming it and the limit (it was an
-OverflowError traceback)."""
+OverflowError traceback), and `-0h` is now."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from test_audit_cli import ok, one_line_error, run_db
+
+from slaguard.audit.timeargs import parse_time
 
 TOO_FAR_BACK = "is too far back; relative times go back at most -36500d (100 years)"
 TOO_LONG = "is too long; durations go up to 36500d (100 years)"
@@ -44,6 +48,17 @@ def test_100_years_is_still_read(db: str) -> None:
     assert ok("audit", "decisions", "--since", "-36500d", "--db", db, "-f", "csv").count("\n") > 1
     dry = ok("audit", "prune", "--older-than", "36500d", "--dry-run", "--db", db)
     assert dry.startswith("would delete 0 decisions and 0 outcomes older than 19")
+
+
+def test_minus_zero_is_now(db: str) -> None:
+    now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    assert parse_time("-0h", "--until", now) == now
+    assert parse_time("-0m0s", "--until", now) == now
+    # --since -0h is now, so the range is empty: said as such, not "cannot read"
+    assert "--since '-0h' (" in one_line_error("audit", "decisions", "--since", "-0h", "--db", db)
+    assert "'0h' is a duration, not a time; for 0h before now write -0h" in one_line_error(
+        "audit", "decisions", "--since", "0h", "--db", db
+    )
 
 
 def test_an_iso_time_long_ago_is_still_read(db: str) -> None:

@@ -58,13 +58,14 @@ def parse_duration(text: str, option: str) -> timedelta:
 
 
 def parse_time(text: str, option: str, now: datetime) -> datetime:
-    """An aware UTC datetime from ISO text, `now`, or `-<duration>` before `now`."""
+    """An aware UTC datetime from ISO text, `now`, or `-<duration>` before `now` (`-0h` is
+    now: zero hours before it)."""
     stripped = text.strip()
     if stripped == "now":
         return now
     if stripped.startswith("-"):
         seconds = _duration_seconds(stripped[1:])
-        if not seconds:
+        if seconds is None:
             raise ValueError(f"{option}: cannot read {text!r}; use {TIME_HELP}")
         if seconds > _MAX_DURATION_S:
             raise ValueError(
@@ -72,7 +73,7 @@ def parse_time(text: str, option: str, now: datetime) -> datetime:
                 f"-{_MAX_TEXT}; write an older time as an ISO date, e.g. 1900-01-01"
             )
         return now - timedelta(seconds=seconds)
-    if _BARE_DURATION.fullmatch(stripped) and _duration_seconds(stripped):
+    if _BARE_DURATION.fullmatch(stripped) and _duration_seconds(stripped) is not None:
         # pandas reads "1h" as 01:00 on 1 January of year 1: refuse rather than misread
         raise ValueError(
             f"{option}: {text!r} is a duration, not a time; for {stripped} before now "
