@@ -228,3 +228,31 @@ def test_a_schema_behind_with_migrate_off_is_logged_once_at_start(tmp_path: Path
     ), text
     assert " INFO slaguard.service.bootstrap: incident messages go to Slack channel C123 " in text
     assert token not in text
+
+
+def test_a_sqlite_file_in_a_missing_directory_is_one_line_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    """`serve` logged "unable to open database file", then "deleted while in use" for a
+    file that never existed, served unready, and its spill journal made the directory
+    (0755), where a later connection made the database (0644) and left it unmigrated."""
+    missing = tmp_path / "nd"
+    (tmp_path / "serve.yaml").write_text(f"db: {missing}/c.db\n")
+    config = ["serve", "--config", str(tmp_path / "serve.yaml")]
+    with socket.socket() as taken:  # without the check: refused for the port, not served
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = ["--port", str(taken.getsockname()[1])]
+        from_flag = CliRunner().invoke(app, [*config, "--db", f"sqlite:///{missing}/c.db", *port])
+        from_file = CliRunner().invoke(app, [*config, *port])
+        from_env = CliRunner().invoke(
+            app, [*config, *port], env={"SLAGUARD_SERVE_DB": f"{missing}/d.db"}
+        )
+    assert from_flag.exit_code == 2 and from_flag.stdout == "", from_flag.output
+    assert from_flag.stderr == (
+        f"error: --db: {missing} does not exist; fix: create the directory or pick another path\n"
+    )
+    assert from_file.exit_code == 2
+    assert from_file.stderr.startswith(f"error: {tmp_path / 'serve.yaml'}: db: {missing} does not")
+    assert from_env.stderr.startswith(f"error: $SLAGUARD_SERVE_DB: {missing} does not exist")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["serve.yaml"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import typer
 from sqlalchemy import Engine, text
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit.engine import (
@@ -51,10 +52,8 @@ def connect(
             f"{option}: SQLite file {path} does not exist; create it with "
             f"`slaguard db upgrade --db {path}` or pass the right {option}"
         )
-    if path is not None and create and not path.parent.is_dir():
-        why = "is not a directory" if path.parent.exists() else "does not exist"
-        fail(f"{option}: {path.parent} {why}; fix: create the directory or pick another path")
     if create:
+        check_sqlite_directory(url, option)
         create_private_sqlite_file(url)
     engine = create_audit_engine(url, statement_timeout_s=statement_timeout_s)
     try:
@@ -63,6 +62,16 @@ def connect(
     except SQLAlchemyError as exc:
         fail(f"cannot reach database {shown_url(url)}: {error_line(exc)}; check {option}")
     return engine
+
+
+def check_sqlite_directory(url: URL, option: str) -> None:
+    """A SQLite file slaguard may create needs its directory: SQLite only says "unable to
+    open database file", and `serve` went on half-started (its spill journal then made the
+    directory, and a later connection the file, readable by anyone)."""
+    path = sqlite_path(url)
+    if path is not None and not path.parent.is_dir():
+        why = "is not a directory" if path.parent.exists() else "does not exist"
+        fail(f"{option}: {path.parent} {why}; fix: create the directory or pick another path")
 
 
 def open_audit_db(db: str | None, *, statement_timeout_s: float | None = None) -> Engine:

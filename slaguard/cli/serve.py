@@ -3,22 +3,35 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import typer
 import uvicorn
 
-from slaguard.audit.engine import DatabaseUrlError
+from slaguard.audit.engine import DatabaseUrlError, db_url_source, resolve_db_url
 from slaguard.audit.migrate import SchemaNotCurrentError
 from slaguard.audit.spill import SpillInUseError
 from slaguard.audit.writer_settings import WriterStartError
+from slaguard.cli.dbopen import check_sqlite_directory
 from slaguard.cli.errors import fail
 from slaguard.cli.listen import SERVER_SETTINGS, check_can_listen
 from slaguard.fleet import FleetError
 from slaguard.notify.factory import NotifyConfigError
 from slaguard.service.app import create_app
 from slaguard.service.bootstrap import build_service
-from slaguard.service.config import ServiceConfigError, admin_token, load_config
+from slaguard.service.config import ENV_PREFIX, ServiceConfigError, admin_token, load_config
+
+
+def _db_source(flag: str | None, config_file: Path | None, configured: str | None) -> str:
+    """Where serve's database URL came from, to name it in a refusal."""
+    if flag is not None:
+        return "--db"
+    if f"{ENV_PREFIX}DB" in {k.upper() for k in os.environ}:
+        return f"${ENV_PREFIX}DB"
+    if config_file is not None and configured is not None:
+        return f"{config_file}: db"
+    return db_url_source(None, "--db")  # $SLAGUARD_DB, or the default in ./
 
 
 def serve(
@@ -33,6 +46,7 @@ def serve(
     """Serve the routing API and the OpenAI-compatible gateway."""
     try:
         cfg = load_config(config_file, {"fleet": fleet_file, "db": db, "host": host, "port": port})
+        check_sqlite_directory(resolve_db_url(cfg.db), _db_source(db, config_file, cfg.db))
         token = admin_token()
         check_can_listen(
             cfg.host,
