@@ -29,6 +29,7 @@ from slaguard.cli.dbopen import DbOption, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.cli.output import check_output, check_writable, writing
+from slaguard.cli.paths import path_option
 from slaguard.plaintext import visible
 from slaguard.scheduler.rollout import FleetMode
 
@@ -37,15 +38,17 @@ app = typer.Typer(help="Postmortem queries over recorded routing decisions.", no
 _T = TypeVar("_T")
 
 FormatOption = typer.Option(OutputFormat.TABLE, "--format", "-f", help="Output format.")
-OutputOption = typer.Option(
-    None, "--output", "-o", help="Write to this file (needed for parquet).", dir_okay=False
+OutputOption = path_option(
+    None, "--output", "-o", help="Write to this file (needed for parquet).", metavar="<file>"
 )
 SinceOption = typer.Option("-1h", "--since", help=f"Start (inclusive). {TIME_HELP}.")
 UntilOption = typer.Option("now", "--until", help="End (exclusive), same forms as --since.")
-PlotOption = typer.Option(
-    None, "--plot", help="Also draw TTFT p99 per target, mode switches marked, to this PNG.",
-    dir_okay=False,
-)  # fmt: skip
+PlotOption = path_option(
+    None,
+    "--plot",
+    help="Also draw TTFT p99 per target, mode switches marked, to this PNG.",
+    metavar="<file>",
+)
 TABLE_DECISION_COLUMNS = (
     "request_id", "decided_at", "model_id", "priority", "policy_arm", "fleet_mode",
     "outcome", "target_id", "ttft_s", "sla_met",

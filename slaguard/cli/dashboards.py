@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from slaguard.cli.errors import fail
+from slaguard.cli.paths import path_option
 from slaguard.dashboards import VARIABLES, panel_queries, render_all, write_all
 
 app = typer.Typer(help="Grafana dashboards as code.", no_args_is_help=True)
@@ -14,7 +15,7 @@ app = typer.Typer(help="Grafana dashboards as code.", no_args_is_help=True)
 
 @app.command()
 def build(
-    out: Path = typer.Option(Path("dashboards"), "--out", help="Directory for the JSON files."),
+    out: Path = path_option(Path("dashboards"), "--out", help="Directory for the JSON files."),
     check: bool = typer.Option(
         False, "--check", help="Write nothing; exit 1 if a file in --out differs from a build."
     ),

@@ -7,7 +7,6 @@ fleet mode starts through this module.
 
 from __future__ import annotations
 
-import typer
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
@@ -23,12 +22,13 @@ from slaguard.audit.engine import (
 )
 from slaguard.audit.schema import create_private_sqlite_file, is_current
 from slaguard.cli.errors import fail
+from slaguard.cli.paths import db_option
 
 DB_HELP = (
     "Database URL (postgresql+psycopg://user@host/db) or SQLite file; "
     "default $SLAGUARD_DB or ./slaguard.db"
 )
-DbOption = typer.Option(None, "--db", help=DB_HELP, show_default=False)
+DbOption = db_option(None, "--db", help=DB_HELP, show_default=False)
 
 
 def connect(

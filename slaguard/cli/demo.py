@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
+from slaguard.cli.paths import path_option
 from slaguard.emulator.demo import run_demo
 from slaguard.emulator.stack import Interrupted
 from slaguard.emulator.workdir import DEFAULT_WORKDIR
@@ -68,7 +69,7 @@ def demo(
     routing_only: bool = typer.Option(
         False, "--routing-only", help="Only route and explain sample requests (no processes)."
     ),
-    workdir: Path = typer.Option(
+    workdir: Path = path_option(
         DEFAULT_WORKDIR,
         "--workdir",
         help="Where the full demo keeps its audit DB, configs and logs (emptied first).",

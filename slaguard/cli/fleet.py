@@ -9,12 +9,13 @@ from rich.console import Console
 from rich.table import Table
 
 from slaguard.cli.errors import fail
+from slaguard.cli.paths import path_option
 from slaguard.fleet import Fleet, FleetError, load_fleet
 from slaguard.plaintext import inert, visible
 
 app = typer.Typer(help="Inspect and validate fleet files.", no_args_is_help=True)
 
-FleetOption = typer.Option(None, "--fleet", help="Fleet YAML file (default: built-in fleet).")
+FleetOption = path_option(None, "--fleet", help="Fleet YAML file (default: built-in fleet).")
 
 
 def load_or_fail(path: Path | None) -> Fleet:

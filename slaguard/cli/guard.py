@@ -23,10 +23,11 @@ from slaguard.cli.dbopen import DbOption, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.cli.mode import GUARD_STATEMENT_TIMEOUT_S, query_or_fail
 from slaguard.cli.output import check_output, writing
+from slaguard.cli.paths import path_option
 from slaguard.guard.queries import incident_list, mode_history
 
 FormatOption = typer.Option(OutputFormat.TABLE, "--format", "-f", help="Output format.")
-OutputOption = typer.Option(None, "--output", "-o", help="Write to this file.", dir_okay=False)
+OutputOption = path_option(None, "--output", "-o", help="Write to this file.", metavar="<file>")
 
 
 def history(

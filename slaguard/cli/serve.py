@@ -16,6 +16,7 @@ from slaguard.audit.writer_settings import WriterStartError
 from slaguard.cli.dbopen import check_sqlite_directory
 from slaguard.cli.errors import fail
 from slaguard.cli.listen import SERVER_SETTINGS, check_can_listen
+from slaguard.cli.paths import path_option
 from slaguard.fleet import FleetError
 from slaguard.notify.factory import NotifyConfigError
 from slaguard.service.app import create_app
@@ -35,10 +36,10 @@ def _db_source(flag: str | None, config_file: Path | None, configured: str | Non
 
 
 def serve(
-    config_file: Path | None = typer.Option(
+    config_file: Path | None = path_option(
         None, "--config", help="YAML config (see examples/serve.yaml); env SLAGUARD_SERVE_*."
     ),
-    fleet_file: Path | None = typer.Option(None, "--fleet", help="Fleet file (default: built-in)."),
+    fleet_file: Path | None = path_option(None, "--fleet", help="Fleet file (default: built-in)."),
     db: str | None = typer.Option(None, "--db", help="Audit DB URL or SQLite file path."),
     host: str | None = typer.Option(None, "--host", help="Listen address (default 127.0.0.1)."),
     port: int | None = typer.Option(None, "--port", help="Listen port (default 8080)."),

@@ -26,6 +26,7 @@ from slaguard.cli.dbopen import connect
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.cli.output import check_writable, writing
+from slaguard.cli.paths import db_option, path_option
 from slaguard.cli.stops import Stopped, StopSignals
 from slaguard.fleet import Fleet
 from slaguard.guard.guard import Guard
@@ -279,9 +280,9 @@ def _interrupted(
 
 def simulate(
     fleet_file: Path | None = FleetOption,
-    trace: Path | None = typer.Option(None, "--trace", help="Trace file (default: Azure conv)."),
+    trace: Path | None = path_option(None, "--trace", help="Trace file (default: Azure conv)."),
     trace_format: TraceFormat | None = typer.Option(None, "--trace-format"),
-    faults: Path | None = typer.Option(None, "--faults", help="Fault scenario YAML."),
+    faults: Path | None = path_option(None, "--faults", help="Fault scenario YAML."),
     policy: Policy = typer.Option(Policy.LEARNED, "--policy"),
     rate_scale: float = typer.Option(
         1.0, "--rate-scale", min=0.01, max=1000, help="Arrival speed-up."
@@ -291,8 +292,8 @@ def simulate(
     baseline_s: float = typer.Option(300.0, "--baseline-s", min=0, help="Rollout baseline."),
     stage_s: float = typer.Option(300.0, "--stage-s", min=1, help="Rollout stage length."),
     weight_update_s: float = typer.Option(60.0, "--weight-update-s", min=1),
-    report_json: Path | None = typer.Option(None, "--report-json", help="Write the report."),
-    audit_db: str | None = typer.Option(
+    report_json: Path | None = path_option(None, "--report-json", help="Write the report."),
+    audit_db: str | None = db_option(
         None, "--audit-db", help="Record every decision and outcome in this audit DB URL."
     ),
 ) -> None:
