@@ -1,12 +1,17 @@
 """`audit incident --plot`: TTFT p99 per target over time, mode switches marked.
 
 The targets whose p99 peaked highest get coloured lines and a legend; the rest are thin
-grey lines, so a 19-target fleet stays readable. The incident span is shaded.
+grey lines, so a 19-target fleet stays readable. Every point has a marker: a target with
+one per-minute bucket (or one between gaps) is a line of one point, which drew nothing.
+The incident span is shaded. Switches are dashed lines; the fleet mode over time is a
+coloured band under the plot with the modes in a legend: labels written at each switch
+piled up into one unreadable block when a few minutes held ten of them.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import math
+from datetime import UTC, datetime
 from pathlib import Path
 
 import matplotlib
@@ -15,11 +20,17 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import pandas as pd  # type: ignore[import-untyped]
-from matplotlib.dates import date2num
+from matplotlib.axes import Axes
+from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from slaguard.audit.service import IncidentTimeline
 
 HIGHLIGHTED_TARGETS = 6
+NAMED_SEGMENT = 0.08
+"""A mode segment at least this share of the x axis wide gets its mode written in it."""
+X_LABEL = "time (UTC)"
 
 
 def _x(moment: datetime) -> float:
@@ -27,35 +38,71 @@ def _x(moment: datetime) -> float:
     return float(date2num(moment))  # type: ignore[no-untyped-call]
 
 
+def incident_figure(tl: IncidentTimeline, series: pd.DataFrame) -> Figure:
+    """The figure of `series` (bucket x target TTFT p99) around incident `tl`."""
+    changes = tl.mode_changes
+    fig, axes = plt.subplots(
+        2 if len(changes) else 1, 1, figsize=(12, 6), dpi=100, sharex=True, squeeze=False,
+        gridspec_kw={"height_ratios": [14, 1]} if len(changes) else None,
+    )  # fmt: skip
+    ax, bottom = axes[0][0], axes[-1][0]
+    if not series.empty:
+        peaks = series.max().sort_values(ascending=False)
+        top = list(peaks.index[:HIGHLIGHTED_TARGETS])
+        for target in series.columns:
+            if target not in top:
+                ax.plot(series.index, series[target], color="0.8", linewidth=0.8,
+                        marker="o", markersize=2)  # fmt: skip
+        for target in top:
+            ax.plot(series.index, series[target], linewidth=1.8, marker="o", markersize=4,
+                    label=str(target))  # fmt: skip
+    during = tl.phases["during"]
+    ax.axvspan(_x(during[0]), _x(during[1]), color="tab:red", alpha=0.08, label="incident")
+    for at in changes["at"]:
+        ax.axvline(_x(at), color="black", linestyle="--", linewidth=0.8)
+    start, end = tl.window
+    ax.set_xlim(_x(start), _x(end))
+    ax.set_ylabel("TTFT p99 per minute (s)")
+    ax.set_title(f"incident {tl.incident.id}: {tl.incident.record.subject}"[:110])
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    if len(changes):
+        _mode_band(bottom, changes, start, end)
+    locator = AutoDateLocator(tz=UTC)  # type: ignore[no-untyped-call]
+    bottom.xaxis.set_major_locator(locator)
+    bottom.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=UTC))  # type: ignore[no-untyped-call]
+    bottom.set_xlabel(X_LABEL)
+    fig.tight_layout()
+    return fig
+
+
+def _mode_band(ax: Axes, changes: pd.DataFrame, start: datetime, end: datetime) -> None:
+    """The fleet mode from `start` to `end` as coloured spans, one colour per mode."""
+    ats = [max(start, min(end, at.to_pydatetime())) for at in changes["at"]]
+    modes = [changes["from_mode"].iloc[0], *changes["to_mode"]]
+    bounds = [start, *ats, end]
+    palette: list[tuple[float, float, float]] = list(plt.get_cmap("Pastel1").colors)  # type: ignore[attr-defined]
+    colours: dict[str, tuple[float, float, float]] = {}
+    for mode, left, right in zip(modes, bounds[:-1], bounds[1:], strict=True):
+        if right <= left:  # a switch outside the window (linked to the incident)
+            continue
+        colour = colours.setdefault(str(mode), palette[len(colours) % len(palette)])
+        ax.axvspan(_x(left), _x(right), color=colour)
+        if (right - left) / (end - start) >= NAMED_SEGMENT:
+            middle = left + (right - left) / 2
+            ax.text(_x(middle), 0.5, str(mode), ha="center", va="center", fontsize=8)
+    ax.set_yticks([])
+    ax.set_ylabel("mode", rotation=0, ha="right", va="center", fontsize=8)
+    handles = [Patch(color=c, label=m) for m, c in colours.items()]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.5), fontsize=7,
+              ncol=math.ceil(len(handles) / 6), frameon=False, title_fontsize=7,
+              title=f"fleet mode ({len(changes)} switches)")  # fmt: skip
+
+
 def plot_incident(tl: IncidentTimeline, series: pd.DataFrame, path: Path) -> None:
     """Write a PNG of `series` (bucket x target TTFT p99) around incident `tl`."""
-    fig, ax = plt.subplots(figsize=(12, 6), dpi=100)
+    fig = incident_figure(tl, series)
     try:
-        if not series.empty:
-            peaks = series.max().sort_values(ascending=False)
-            top = list(peaks.index[:HIGHLIGHTED_TARGETS])
-            for target in series.columns:
-                if target not in top:
-                    ax.plot(series.index, series[target], color="0.8", linewidth=0.8)
-            for target in top:
-                ax.plot(series.index, series[target], linewidth=1.8, label=str(target))
-        during = tl.phases["during"]
-        ax.axvspan(_x(during[0]), _x(during[1]), color="tab:red", alpha=0.08, label="incident")
-        for change in tl.mode_changes.itertuples(index=False):
-            ax.axvline(change.at, color="black", linestyle="--", linewidth=1.0)
-            ax.annotate(
-                f"{change.from_mode} -> {change.to_mode}",
-                xy=(change.at, 1.0), xycoords=("data", "axes fraction"),
-                rotation=90, va="top", ha="right", fontsize=8,
-            )  # fmt: skip
-        start, end = tl.window
-        ax.set_xlim(_x(start), _x(end))
-        ax.set_ylabel("TTFT p99 per minute (s)")
-        ax.set_title(f"incident {tl.incident.id}: {tl.incident.record.subject}"[:110])
-        ax.grid(True, alpha=0.3)
-        ax.legend(loc="upper left", fontsize=8)
-        fig.autofmt_xdate()
-        fig.tight_layout()
         fig.savefig(path, format="png")
     finally:
         plt.close(fig)

@@ -1,0 +1,98 @@
+"""`audit incident --plot` on an incident whose traffic spans two and a half minutes with
+ten mode switches: every target shows, the switches stay readable, the x axis says UTC.
+
+The figure drew a target with one per-minute bucket as a line of one point (nothing), and
+wrote each switch as rotated text at its time, ten of them piled into one black block."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+from test_audit_cli import ok
+
+from slaguard.audit import service
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.migrate import upgrade
+from slaguard.audit.plot import incident_figure
+from slaguard.audit.records import ModeChangeRecord
+from slaguard.audit.sample import load_run, synthetic_run
+
+START_S = 1_796_000_000.0
+MODES = ["rollout(10)", "held_round_robin", "rollout(10)", "rollout(50)", "held_round_robin",
+         "rollout(50)", "rollout(100)", "learned", "round_robin", "rollout(10)"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """150 s of traffic and a switch every 12 s, in a SQLite file; its path."""
+    tmp = tmp_path_factory.mktemp("plot")
+    switches = [
+        ModeChangeRecord(START_S + 10 + 12 * i, ["round_robin", *MODES][i], mode,
+                         "drill", "guard", {}, None)
+        for i, mode in enumerate(MODES)
+    ]  # fmt: skip
+    run = dataclasses.replace(
+        synthetic_run(120, start_s=START_S, duration_s=150.0, seed=3), mode_changes=switches
+    )
+    engine = create_audit_engine(f"sqlite:///{tmp / 'short.db'}")
+    upgrade(engine)
+    load_run(engine, run, tmp / "spill")
+    engine.dispose()
+    return str(tmp / "short.db")
+
+
+@pytest.fixture
+def figure(short_run: str) -> Iterator[tuple[Figure, pd.DataFrame]]:
+    engine = create_audit_engine(f"sqlite:///{short_run}")
+    now = datetime.fromtimestamp(START_S + 3600, UTC)
+    timeline = service.incident_timeline(engine, 1, now=now)
+    series = service.ttft_p99_series(engine, *timeline.window)
+    engine.dispose()
+    fig = incident_figure(timeline, series)
+    fig.canvas.draw()
+    yield fig, series
+    plt.close(fig)
+
+
+def test_every_target_shows_even_with_one_bucket(figure: tuple[Figure, pd.DataFrame]) -> None:
+    fig, series = figure
+    lonely = [t for t in series.columns if series[t].notna().sum() == 1]
+    assert lonely, "the run should hold a target with a single per-minute bucket"
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    for line in fig.axes[0].get_lines():
+        if line.get_linestyle() == "--":  # a mode switch
+            continue
+        points = sum(not math.isnan(y) for y in line.get_ydata())
+        assert line.get_marker() not in (None, "None", "") or points >= 2, line.get_label()
+    assert lines[str(series.max().idxmax())].get_marker() == "o"
+
+
+def test_ten_switches_in_two_minutes_stay_readable(figure: tuple[Figure, pd.DataFrame]) -> None:
+    fig, _ = figure
+    texts = [t for ax in fig.axes for t in ax.texts if t.get_text()]
+    boxes = [t.get_window_extent() for t in texts]
+    for (a, ta), (b, tb) in itertools.combinations(zip(boxes, texts, strict=True), 2):
+        assert not a.overlaps(b), (ta.get_text(), tb.get_text())
+    named = {t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().texts}
+    assert set(MODES) <= named
+    assert fig.axes[-1].get_legend().get_title().get_text() == "fleet mode (10 switches)"
+
+
+def test_the_time_axis_says_utc(figure: tuple[Figure, pd.DataFrame]) -> None:
+    fig, _ = figure
+    assert "UTC" in fig.axes[-1].get_xlabel()
+
+
+def test_the_cli_writes_the_png(short_run: str, tmp_path: Path) -> None:
+    png = tmp_path / "short.png"
+    ok("audit", "incident", "1", "--db", short_run, "--plot", str(png))
+    assert png.read_bytes().startswith(b"\x89PNG")
