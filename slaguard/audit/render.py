@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 import pandas as pd  # type: ignore[import-untyped]
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -49,12 +50,19 @@ def plain(value: Any) -> Text:
     return inert(_shown(value))
 
 
+WHOLE_COLUMNS = frozenset({"request_id"})
+"""Never wrapped nor cut: a request id is pasted into `audit explain` (a 48-hex id was
+shown as `c42b9dcfc4c54b59985c00000000…`)."""
+
+
 def frame_table(frame: pd.DataFrame, title: str) -> Table:
     """A DataFrame as a rich Table, numbers right-aligned and compact."""
     table = Table(title=plain(title), title_justify="left")
     for name in frame.columns:
         numeric = pd.api.types.is_numeric_dtype(frame[name].dtype)
-        table.add_column(plain(name), justify="right" if numeric else "left")
+        table.add_column(
+            plain(name), justify="right" if numeric else "left", no_wrap=name in WHOLE_COLUMNS
+        )
     for row in frame.itertuples(index=False):
         table.add_row(*(plain(v) for v in row))
     return table
@@ -62,6 +70,19 @@ def frame_table(frame: pd.DataFrame, title: str) -> Table:
 
 def _console() -> Console:
     return Console(width=max(Console().width, 160), soft_wrap=False)
+
+
+def _print_table(table: Table) -> None:
+    """Print `table`, as wide as its narrowest layout when it has `WHOLE_COLUMNS`: any
+    narrower, rich shrinks every column alike, those too (the terminal wraps the line)."""
+    console = _console()
+    if any(column.no_wrap for column in table.columns):
+        # measured unbounded: within the console's width rich reports the shrunk layout
+        unbounded = console.options.update_width(1_000_000)
+        need = Measurement.get(console, unbounded, table).minimum
+        if need > console.width:
+            console = Console(width=need, soft_wrap=False)
+    console.print(table)
 
 
 def _iso(value: datetime) -> str:
@@ -113,7 +134,7 @@ def _write_single(frame: pd.DataFrame, fmt: OutputFormat, output: Path | None) -
 def emit_frame(frame: pd.DataFrame, fmt: OutputFormat, output: Path | None, title: str) -> None:
     """One table in the requested format (stdout unless `output`)."""
     if fmt is OutputFormat.TABLE:
-        _console().print(frame_table(frame, f"{title} ({len(frame)} rows)"))
+        _print_table(frame_table(frame, f"{title} ({len(frame)} rows)"))
         return
     _write_single(frame, fmt, output)
 

@@ -1,0 +1,55 @@
+"""The `slaguard audit` terminal tables: what they must show whole, and how they head
+what they show."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+
+import pytest
+from test_audit_cli import START_S, ok
+
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.migrate import upgrade
+from slaguard.audit.sample import load_run, synthetic_run
+
+
+def hex_id(i: int, width: int = 48) -> str:
+    """A request id as the service makes them (48 hex digits), or longer."""
+    digest = "".join(hashlib.sha256(f"{i}-{k}".encode()).hexdigest() for k in range(4))
+    return digest[:width]
+
+
+@pytest.fixture(scope="module")
+def hex_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A run whose request ids are 48 hex digits (the first one 120), in a SQLite file."""
+    tmp = tmp_path_factory.mktemp("render")
+    run = synthetic_run(20, start_s=START_S, duration_s=600.0, seed=5)
+    ids = {d.request_id: hex_id(i, 120 if i == 0 else 48) for i, d in enumerate(run.decisions)}
+    run = replace(
+        run,
+        decisions=[replace(d, request_id=ids[d.request_id]) for d in run.decisions],
+        outcomes=[replace(o, request_id=ids[o.request_id]) for o in run.outcomes],
+    )
+    engine = create_audit_engine(f"sqlite:///{tmp / 'hex.db'}")
+    upgrade(engine)
+    load_run(engine, run, tmp / "spill")
+    engine.dispose()
+    return str(tmp / "hex.db")
+
+
+def test_request_ids_are_never_cut_in_the_decisions_table(hex_db: str) -> None:
+    """A 48-hex id was shown as `c42b9dcfc4c54b59985c00000000…`, which `explain` cannot
+    take; the table now widens past 160 columns rather than cut one."""
+    window = ["--since", "2026-11-30T00:00Z", "--until", "2026-12-01T00:00Z"]
+    table = ok("audit", "decisions", "--db", hex_db, *window)
+    rows = [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│")]
+    assert len(rows) == 20
+    assert rows[0] == hex_id(0, 120) and all(r == hex_id(i) for i, r in enumerate(rows) if i)
+    assert f"decision {rows[1]}" in ok("audit", "explain", rows[1], "--db", hex_db)
+
+
+def test_a_table_without_request_ids_keeps_its_width(hex_db: str) -> None:
+    window = ["--since", "2026-11-30T00:00Z", "--until", "2026-12-01T00:00Z"]
+    summary = ok("audit", "summary", "--db", hex_db, *window)
+    assert max(len(line) for line in summary.splitlines()) <= 160
