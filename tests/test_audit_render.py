@@ -4,7 +4,9 @@ what they show."""
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from test_audit_cli import START_S, ok
@@ -53,3 +55,20 @@ def test_a_table_without_request_ids_keeps_its_width(hex_db: str) -> None:
     window = ["--since", "2026-11-30T00:00Z", "--until", "2026-12-01T00:00Z"]
     summary = ok("audit", "summary", "--db", hex_db, *window)
     assert max(len(line) for line in summary.splitlines()) <= 160
+
+
+def test_round_robin_candidates_are_headed_by_their_order_not_by_a_score(
+    hex_db: str, tmp_path: Path
+) -> None:
+    """Round-robin stores no scores, yet its candidates were headed "best score first"."""
+    db = f"sqlite:///{tmp_path / 'rr.db'}"
+    ok("simulate", "--policy", "round-robin", "--duration", "10", "--audit-db", db)
+    every = ["--since", "2000-01-01", "--until", "2100-01-01", "--limit", "1", "-f", "json"]
+    rid = json.loads(ok("audit", "decisions", "--db", db, *every))[0]["request_id"]
+    rr = ok("audit", "explain", rid, "--db", db)
+    assert "eligible candidates, round-robin order (no scores)" in rr
+    header = next(line for line in rr.splitlines() if line.startswith("┃ target"))
+    assert "score" not in header and "best score first" not in rr
+    assert "eligible candidates, best score first" in ok(
+        "audit", "explain", hex_id(1), "--db", hex_db
+    )

@@ -174,10 +174,18 @@ def emit_explanation(expl: DecisionExplanation, fmt: OutputFormat, output: Path 
     else:
         console.print("outcome: none recorded")
     console.print(_pairs_table("weights", expl.weights))
-    console.print(frame_table(expl.candidates, "eligible candidates, best score first"))
+    console.print(frame_table(expl.candidates, _candidates_title(expl.candidates)))
     console.print(frame_table(expl.rejected, "rejected targets"))
     if expl.other:
         console.print(_pairs_table("more from the explanation", expl.other))
+
+
+def _candidates_title(candidates: pd.DataFrame) -> str:
+    """What the candidates' order means: round-robin stores no scores, and lists them in
+    the fleet's order, which its rotation follows (it took the next eligible in turn)."""
+    if "score" in candidates.columns:
+        return "eligible candidates, best score first"
+    return "eligible candidates, round-robin order (no scores)"
 
 
 def emit_timeline(tl: IncidentTimeline, fmt: OutputFormat, output: Path | None) -> None:
