@@ -64,3 +64,16 @@ def test_minus_zero_is_now(db: str) -> None:
 def test_an_iso_time_long_ago_is_still_read(db: str) -> None:
     out = ok("audit", "decisions", "--since", "1900-01-01", "--db", db, "-f", "csv", "--limit", "1")
     assert out.startswith("request_id,")
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--since", "0001-01-01T00:00+05:00"), ("--until", "9999-12-31T23:00-05:00")],
+)
+def test_an_iso_time_outside_the_years_utc_holds_names_its_flag(
+    db: str, flag: str, value: str
+) -> None:
+    """It was `error: year 0 is out of range`, with no flag named."""
+    error = one_line_error("audit", "decisions", flag, value, "--db", db)
+    fix = "falls outside years 1-9999 in UTC; fix: give a time within them"
+    assert error == f"error: {flag}: '{value}' {fix}\n"

@@ -93,8 +93,13 @@ def parse_time(text: str, option: str, now: datetime) -> datetime:
         stamp = pd.NaT
     if stamp is pd.NaT:
         raise ValueError(f"{option}: cannot read {text!r} as a time; use {TIME_HELP}")
-    stamp = stamp.tz_localize(UTC) if stamp.tzinfo is None else stamp.tz_convert(UTC)
-    moment: datetime = stamp.to_pydatetime()
+    try:
+        stamp = stamp.tz_localize(UTC) if stamp.tzinfo is None else stamp.tz_convert(UTC)
+        moment: datetime = stamp.to_pydatetime()
+    except (ValueError, OverflowError):  # 0001-01-01 in UTC+5 is in year 0
+        raise ValueError(
+            f"{option}: {text!r} falls outside years 1-9999 in UTC; fix: give a time within them"
+        ) from None
     return moment
 
 
