@@ -104,6 +104,9 @@ def test_feedback_for_a_decision_routed_nowhere_is_refused(api: Api, evicted: bo
     if evicted:
         api.flushed()
         api.service.runtime.pending.pop(decision_id)
+    first = api.post("/v1/first-token", {"decision_id": decision_id, "ttft_s": 0.2})
+    assert first.status_code == 409, first.text  # it was 200 `fed: false`
+    assert "was no_capacity" in first.json()["error"] and "send first-token only" in first.text
     body = {"decision_id": decision_id, "status": "ok", "ttft_s": 0.2, "e2e_s": 1.0}
     r = api.post("/v1/feedback", body)
     assert r.status_code == 409, r.text

@@ -72,13 +72,13 @@ class NotFoundError(LookupError):
 
 
 class RoutedNowhereError(ValueError):
-    """Feedback for a `no_capacity` decision: answered as 409 with the message."""
+    """Feedback or a first token for a `no_capacity` decision: answered as 409."""
 
-    def __init__(self, decision_id: str) -> None:
+    def __init__(self, decision_id: str, what: str = "feedback") -> None:
         super().__init__(
             f"decision_id: decision {decision_id!r} was no_capacity (routed to no target), so "
-            "it has no outcome to report; fix: send feedback only for a decision with a "
-            "target (route the request again for one)"
+            f"it has no {'outcome' if what == 'feedback' else 'first token'} to report; fix: "
+            f"send {what} only for a decision with a target (route the request again for one)"
         )
 
 
@@ -222,7 +222,7 @@ async def feedback(request: Request) -> Response:
 @hot.post(
     "/v1/first-token",
     response_model=FirstTokenResponse,
-    responses=ERRORS,
+    responses={**ERRORS, 409: {"model": ErrorResponse}},
     summary="Report a routed request's first token while its answer still streams",
     openapi_extra=json_body(FirstTokenRequest),
 )
@@ -237,7 +237,10 @@ async def first_token(request: Request) -> Response:
     rt = runtime_of(request)
     entry = rt.pending.get(body.decision_id)
     if entry is None:
-        if await _known_outside_memory(rt, body.decision_id):
+        known = await _known_outside_memory(rt, body.decision_id)
+        if known is False:
+            return error_response(409, str(RoutedNowhereError(body.decision_id, "first-token")))
+        if known:
             # Routed before a restart or evicted: its TTFT reaches the audit line with its
             # /v1/feedback; a 404 told a client following the protocol it had erred.
             return json_response({"decision_id": body.decision_id, "fed": False})
@@ -246,20 +249,24 @@ async def first_token(request: Request) -> Response:
             f"decision_id: no decision {body.decision_id!r} awaiting its first token; fix: "
             "send the decision_id that POST /v1/route returned, before its /v1/feedback",
         )
+    if entry.target_index is None:
+        return error_response(409, str(RoutedNowhereError(body.decision_id, "first-token")))
     fed = rt.first_token(entry, body.ttft_s)
     return json_response({"decision_id": body.decision_id, "fed": fed})
 
 
-async def _known_outside_memory(rt: ServiceRuntime, decision_id: str) -> bool:
-    """A decision no longer held in memory but stored (or just judged late)."""
+async def _known_outside_memory(rt: ServiceRuntime, decision_id: str) -> bool | None:
+    """Whether a decision no longer held in memory is stored (or was just judged late)
+    with a target: True; stored as no_capacity: False; unknown: None."""
     if decision_id in rt.late_outcomes:
         return True
     if rt.store is None:
-        return False
+        return None
     try:
-        return await asyncio.to_thread(rt.store.find_decision, decision_id) is not None
+        found = await asyncio.to_thread(rt.store.find_decision, decision_id)
     except SQLAlchemyError:  # cannot tell: the TTFT still comes with the feedback
         return True
+    return None if found is None else found.routed
 
 
 async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> dict[str, Any]:
