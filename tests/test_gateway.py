@@ -7,6 +7,7 @@ rule (and never after it), failures of every candidate, bad input, no capacity, 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -210,6 +211,11 @@ def test_failure_before_the_first_byte_is_retried_once(stack: Stack) -> None:
 
 def test_failure_after_the_first_byte_is_never_retried(stack: Stack) -> None:
     stack.fault("a100-8b", "fail", {"mode": "break"})
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    uvicorn_log = logging.getLogger("uvicorn")
+    uvicorn_log.addHandler(handler)
     try:
         before = stack.retries()
         broken = 0
@@ -232,7 +238,14 @@ def test_failure_after_the_first_byte_is_never_retried(stack: Stack) -> None:
             else:
                 assert not cut and body.endswith(b"data: [DONE]\n\n")
         assert broken == 1 and stack.retries() == before
+        # the gateway's WARNING says it; uvicorn's ERROR "returned without completing
+        # response" on top of it looked like a crash to log-based alerting (the emulated
+        # backend's own ERROR for the break it makes is not the gateway's)
+        errors = [r.getMessage() for r in records if r.levelno >= logging.ERROR]
+        assert [e for e in errors if "without completing response" in e] == []
+        assert errors == ["Exception in ASGI application\n"]
     finally:
+        uvicorn_log.removeHandler(handler)
         stack.fault("a100-8b", "recover")
 
 

@@ -38,6 +38,8 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.types import Receive, Scope, Send
 
+from slaguard.service.shutdown_log import announce_cut
+
 _T = TypeVar("_T")
 
 Endpoint = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -240,6 +242,7 @@ class RelayResponse(Response):
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except StreamCut:
+            announce_cut()
             return
         except asyncio.CancelledError:
             if not state["disconnected"] or task.uncancel() > 0:
