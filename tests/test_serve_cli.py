@@ -256,3 +256,42 @@ def test_a_sqlite_file_in_a_missing_directory_is_one_line_before_anything_starts
     assert from_file.stderr.startswith(f"error: {tmp_path / 'serve.yaml'}: db: {missing} does not")
     assert from_env.stderr.startswith(f"error: $SLAGUARD_SERVE_DB: {missing} does not exist")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["serve.yaml"]
+
+
+def test_a_spill_dir_that_cannot_be_a_directory_is_one_line_naming_its_source(
+    tmp_path: Path,
+) -> None:
+    """A file in the way, or a path the kernel refuses (`/proc/x`), was a FileExistsError
+    or FileNotFoundError traceback from the audit writer, after the database was made."""
+    in_the_way = tmp_path / "spill"
+    in_the_way.write_text("")
+    (tmp_path / "serve.yaml").write_text("spill_dir: /proc/slaguard-nope/spill\n")
+    db = ["--db", str(tmp_path / "a.db"), "--port", "0"]
+    fix = "fix: name a directory this user may create or write, one per replica"
+    from_env = CliRunner().invoke(
+        app, ["serve", *db], env={"SLAGUARD_SERVE_SPILL_DIR": str(in_the_way)}
+    )
+    assert from_env.exit_code == 2 and from_env.stdout == "", from_env.output
+    assert from_env.stderr.startswith(
+        f"error: $SLAGUARD_SERVE_SPILL_DIR: {in_the_way} is not a directory; {fix}"
+    )
+    assert from_env.stderr.count("\n") == 1
+    below = CliRunner().invoke(
+        app, ["serve", *db], env={"SLAGUARD_SERVE_SPILL_DIR": str(in_the_way / "sub")}
+    )
+    assert below.stderr.startswith(
+        f"error: $SLAGUARD_SERVE_SPILL_DIR: {in_the_way} (a parent of {in_the_way / 'sub'}) "
+        "is not a directory; "
+    )
+    from_file = CliRunner().invoke(app, ["serve", "--config", str(tmp_path / "serve.yaml"), *db])
+    assert from_file.exit_code == 2 and from_file.stdout == "", from_file.output
+    assert from_file.stderr.startswith(
+        f"error: {tmp_path / 'serve.yaml'}: spill_dir: cannot create /proc/slaguard-nope: "
+    )
+    (tmp_path / "a.db.spill").write_text("")
+    default = CliRunner().invoke(app, ["serve", *db])
+    assert default.exit_code == 2 and default.stderr.startswith(
+        f"error: spill_dir (default {tmp_path / 'a.db.spill'}, beside the database): "
+        f"{tmp_path / 'a.db.spill'} is not a directory; {fix}"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.db.spill", "serve.yaml", "spill"]

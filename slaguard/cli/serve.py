@@ -9,7 +9,12 @@ from pathlib import Path
 import typer
 import uvicorn
 
-from slaguard.audit.engine import DatabaseUrlError, db_url_source, resolve_db_url
+from slaguard.audit.engine import (
+    DatabaseUrlError,
+    db_url_source,
+    default_spill_dir,
+    resolve_db_url,
+)
 from slaguard.audit.migrate import SchemaNotCurrentError
 from slaguard.audit.spill import SpillInUseError
 from slaguard.audit.writer_settings import WriterStartError
@@ -35,6 +40,51 @@ def _db_source(flag: str | None, config_file: Path | None, configured: str | Non
     return db_url_source(None, "--db")  # $SLAGUARD_DB, or the default in ./
 
 
+def _spill_source(config_file: Path | None, configured: Path | None, path: Path) -> str:
+    """Where the spill directory came from, to name it in a refusal."""
+    if configured is None:
+        return f"spill_dir (default {path}, beside the database)"
+    if f"{ENV_PREFIX}SPILL_DIR" in {k.upper() for k in os.environ}:
+        return f"${ENV_PREFIX}SPILL_DIR"
+    return f"{config_file}: spill_dir"
+
+
+def _spill_refusal(source: str, problem: str) -> str:
+    return (
+        f"{source}: {problem}; fix: name a directory this user may create or write, one per "
+        f"replica (config field spill_dir, or ${ENV_PREFIX}SPILL_DIR)"
+    )
+
+
+def check_spill_dir(path: Path, source: str) -> None:
+    """The audit writer makes the directory when it starts, after the database is
+    migrated; a file in the way or an unwritable parent was a traceback there. Checked
+    without creating anything, so a later refusal leaves nothing behind."""
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        what = f"{path} is" if probe == path else f"{probe} (a parent of {path}) is"
+        fail(_spill_refusal(source, f"{what} not a directory"))
+    if not os.access(probe, os.W_OK | os.X_OK):
+        fail(_spill_refusal(source, f"{probe} is not writable by this user"))
+    if probe != path:  # made and removed at once: `/proc/x` passes the checks above
+        first = next(p for p in (path, *path.parents) if p.parent == probe)
+        try:
+            first.mkdir(mode=0o700)
+            first.rmdir()
+        except OSError as exc:
+            fail(_spill_refusal(source, f"cannot create {first}: {exc.strerror}"))
+
+
+def _on_spill_path(filename: object, directory: Path) -> bool:
+    """Whether an OSError's file is the spill directory, inside it or one of its parents."""
+    if not isinstance(filename, str | os.PathLike):
+        return False
+    name, spill = Path(filename).absolute(), directory.absolute()
+    return name == spill or spill in name.parents or name in spill.parents
+
+
 def serve(
     config_file: Path | None = path_option(
         None, "--config", help="YAML config (see examples/serve.yaml); env SLAGUARD_SERVE_*."
@@ -45,6 +95,8 @@ def serve(
     port: int | None = typer.Option(None, "--port", help="Listen port (default 8080)."),
 ) -> None:
     """Serve the routing API and the OpenAI-compatible gateway."""
+    spill: Path | None = None
+    spill_source = "spill_dir"
     try:
         cfg = load_config(config_file, {"fleet": fleet_file, "db": db, "host": host, "port": port})
         check_sqlite_directory(resolve_db_url(cfg.db), _db_source(db, config_file, cfg.db))
@@ -61,6 +113,9 @@ def serve(
             level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
         logging.getLogger("alembic").setLevel(logging.WARNING)
+        spill = cfg.spill_dir or default_spill_dir(resolve_db_url(cfg.db))
+        spill_source = _spill_source(config_file, cfg.spill_dir, spill)
+        check_spill_dir(spill, spill_source)
         service = build_service(cfg)
     except (
         ServiceConfigError,
@@ -77,6 +132,10 @@ def serve(
             f"audit spill journal: {exc}; fix: give each replica its own spill_dir "
             "(config field, or SLAGUARD_SERVE_SPILL_DIR)"
         )
+    except OSError as exc:  # what the check cannot foresee (`/proc/x`: ENOENT on mkdir)
+        if spill is None or not _on_spill_path(exc.filename, spill):
+            raise
+        fail(_spill_refusal(spill_source, f"cannot create {exc.filename}: {exc.strerror}"))
     if token is None:
         logging.getLogger("slaguard").warning(
             "no $SLAGUARD_ADMIN_TOKEN: /v1/mode and /v1/alertmanager are disabled"
