@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from fakes.slack_server import FakeSlack
@@ -32,6 +33,7 @@ from slaguard.guard.persist import EventPersister
 from slaguard.guard.runtime import GuardReplica
 from slaguard.guard.store import GuardStore
 from slaguard.guard.verdicts import Severity
+from slaguard.notify.file import FileNotifier
 from slaguard.notify.slack_web import SlackWebNotifier
 from slaguard.scheduler.state import FleetState
 from slaguard.service.modes import ReplicaModes
@@ -314,3 +316,35 @@ def test_a_rate_limited_delivery_does_not_hold_up_the_detectors(
     store = IncidentStore(audit_engine)
     # 2 s backoff from the end of the round (about T0 + 21), not from its start
     assert store.due(T0 + 22.5) == [] and len(store.due(T0 + 24.0)) == 1
+
+
+def test_a_notify_file_is_not_counted_as_slack_and_its_failure_is_logged(
+    audit_engine: Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every notifier's results fed `slaguard_slack_*`: a notify file that could not be
+    written paged as Slack failing, and file deliveries could hide a failing Slack."""
+    open_incident(audit_engine)
+    blocked = tmp_path / "incidents.jsonl"
+    blocked.mkdir()  # a directory where the file should be: every append fails
+    leader = GuardReplica(audit_engine, SoloLease(), FileNotifier(blocked), replica_id="a")
+    assert leader.sync(T0 + 20).leader
+    registry = CollectorRegistry()
+    modes = ReplicaModes(leader, FleetState(load_fleet()), SlaguardMetrics(registry))
+
+    async def evaluate(now_s: float) -> None:
+        await modes.evaluate(now_s)
+        await modes.wait_for_delivery()
+
+    with caplog.at_level(logging.WARNING, logger="slaguard.guard.runtime"):
+        asyncio.run(evaluate(T0 + 20))
+    assert leader.stats.send_failures == 1
+    assert f"message retried later: {blocked}: Is a directory" in caplog.text
+    blocked.rmdir()
+    asyncio.run(evaluate(T0 + 40))
+    assert leader.stats.sent == 1 and blocked.is_file()
+    failures = [
+        registry.get_sample_value("slaguard_slack_delivery_failures_total", {"reason": r})
+        for r in ("ratelimited", "server_error", "connection", "rejected")
+    ]
+    assert failures == [0.0] * 4
+    assert registry.get_sample_value("slaguard_slack_deliveries_total") == 0.0

@@ -34,6 +34,11 @@ class Notifier(Protocol):
         ...
 
 
+SLACK_NOTIFIERS = frozenset({"slack_web", "slack_webhook"})
+"""The notifiers whose results the `slaguard_slack_*` metrics count: a notify file or the
+console failing is not Slack failing (the guard logs each failed message)."""
+
+
 def retryable_status(status: int | None) -> bool:
     """429 and server errors are worth retrying; other statuses are permanent."""
     return status is not None and (status == 429 or status >= 500)

@@ -35,6 +35,7 @@ from slaguard.guard.modes import ModeState
 from slaguard.guard.runtime import GuardReplica
 from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.guard.verdicts import Action, JsonDict, Severity, Verdict
+from slaguard.notify.base import SLACK_NOTIFIERS
 from slaguard.scheduler.rollout import Arm, FleetMode
 from slaguard.scheduler.state import FleetState
 from slaguard.telemetry.metrics import SlaguardMetrics
@@ -240,7 +241,9 @@ class ReplicaModes:
     async def _deliver(self, now_s: float) -> None:
         """Send due incident messages beside the detectors, not in their job: the Slack
         client sleeps out a short 429 Retry-After (up to 30 s) in the sending thread, which
-        stopped the guard's evaluations for that long. One delivery round at a time."""
+        stopped the guard's evaluations for that long. One delivery round at a time. Only
+        a Slack notifier's results feed the Slack metrics: a notify file that could not be
+        written paged as Slack failing, and its deliveries hid a failing Slack."""
         try:
             delivered = await self._in_guard_thread(self.replica.deliver, now_s)
         except asyncio.CancelledError:
@@ -248,7 +251,8 @@ class ReplicaModes:
         except Exception:  # never lost in an unawaited task: the outbox keeps the message
             log.exception("incident delivery round failed; retried at the next evaluation")
             return
-        self.metrics.count_slack_results(result for _, result in delivered)
+        if self.replica.notifier.name in SLACK_NOTIFIERS:
+            self.metrics.count_slack_results(result for _, result in delivered)
 
     async def sync(self, now_s: float) -> None:
         report = await self._in_guard_thread(self.replica.sync, now_s)
