@@ -172,11 +172,29 @@ def test_a_bad_slaguard_db_is_named_as_the_variable(
     monkeypatch.setenv("SLAGUARD_DB", str(missing))
     result = CliRunner().invoke(app, ["status"])
     assert result.exit_code == 2 and result.stderr == (
-        f"error: $SLAGUARD_DB: SQLite file {missing} does not exist; create it with `slaguard "
-        f"db upgrade --db {missing}` or pass the right $SLAGUARD_DB\n"
+        f"error: $SLAGUARD_DB: SQLite file {missing} does not exist; fix: set $SLAGUARD_DB to "
+        "the database `slaguard serve` uses (its --db, `db:` or $SLAGUARD_SERVE_DB); only for "
+        f"a new, empty one run `slaguard db upgrade --db {missing}`\n"
     )
     passed = CliRunner().invoke(app, ["status", "--db", "mysql://x/y"])
     assert passed.stderr.startswith("error: --db: backend 'mysql'")
+
+
+def test_a_missing_default_database_says_none_was_given_not_create_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run away from the service's directory, `status` blamed `--db` (not given) and
+    advised `db upgrade`: an empty database, the wrong advice mid-incident."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SLAGUARD_DB", raising=False)
+    for command in (["status"], ["incidents"], ["audit", "summary"]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2 and result.stderr == (
+            "error: no database given (no --db, $SLAGUARD_DB unset) and the default SQLite "
+            f"file slaguard.db is not in {tmp_path}; fix: pass --db or set SLAGUARD_DB to the "
+            "database `slaguard serve` uses (its --db, `db:` or $SLAGUARD_SERVE_DB)\n"
+        ), command
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_default_database_is_env_then_working_directory(

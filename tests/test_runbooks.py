@@ -66,6 +66,19 @@ def test_every_runbook_has_the_sections_in_order_and_the_cli_to_confirm() -> Non
         assert promql_lines(text), f"{name}: no PromQL to confirm with"
 
 
+def test_runbooks_with_slaguard_commands_say_which_database_and_fleet() -> None:
+    """Run away from the service's directory, the commands read `./slaguard.db` and
+    `audit incident` the built-in fleet: nothing said to point them at the service's."""
+    readme = (RUNBOOKS / "README.md").read_text(encoding="utf-8")
+    assert "export SLAGUARD_DB=" in readme and "--fleet <the service's fleet file>" in readme
+    for name, text in runbooks().items():
+        head = text[: text.find("## What it means")]
+        if re.search(r"(^|`)slaguard [a-z]", text, re.MULTILINE):
+            assert "export SLAGUARD_DB=" in head, name
+        if "audit incident" in text or "audit summary" in text:
+            assert "--fleet <the service's fleet file>" in head, name
+
+
 def test_runbooks_mitigate_with_the_slaguard_cli_where_routing_can_help() -> None:
     with_cli = {n for n, t in runbooks().items() if any(c in t for c in MITIGATION_COMMANDS)}
     # Only the pure plumbing alerts (scrape, audit storage, Slack, overruns) may lack one.

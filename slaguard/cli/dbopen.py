@@ -7,11 +7,15 @@ fleet mode starts through this module.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit.engine import (
+    DB_ENV_VAR,
     DatabaseUrlError,
     create_audit_engine,
     db_url_source,
@@ -48,10 +52,7 @@ def connect(
         fail(str(exc))
     path = sqlite_path(url)
     if path is not None and not create and not path.is_file():
-        fail(
-            f"{option}: SQLite file {path} does not exist; create it with "
-            f"`slaguard db upgrade --db {path}` or pass the right {option}"
-        )
+        fail(_missing_file(path, option, defaulted=not db and not os.environ.get(DB_ENV_VAR)))
     if create:
         check_sqlite_directory(url, option)
         create_private_sqlite_file(url)
@@ -62,6 +63,25 @@ def connect(
     except SQLAlchemyError as exc:
         fail(f"cannot reach database {shown_url(url)}: {error_line(exc)}; check {option}")
     return engine
+
+
+SERVICE_DB = "the database `slaguard serve` uses (its --db, `db:` or $SLAGUARD_SERVE_DB)"
+
+
+def _missing_file(path: Path, option: str, *, defaulted: bool) -> str:
+    """A missing file is almost always the wrong database, not one to create: run away
+    from the service's directory, the default `./slaguard.db` was named `--db`, and
+    `db upgrade` (an empty database) was the advice given mid-incident."""
+    if defaulted:
+        return (
+            f"no database given (no --db, ${DB_ENV_VAR} unset) and the default SQLite file "
+            f"{path} is not in {Path.cwd()}; fix: pass --db or set {DB_ENV_VAR} to {SERVICE_DB}"
+        )
+    give = f"set {option} to" if option.startswith("$") else f"pass as {option}"
+    return (
+        f"{option}: SQLite file {path} does not exist; fix: {give} {SERVICE_DB}; "
+        f"only for a new, empty one run `slaguard db upgrade --db {path}`"
+    )
 
 
 def check_sqlite_directory(url: URL, option: str) -> None:
