@@ -5,6 +5,7 @@ from __future__ import annotations
 from fakes.drive import run_seconds
 from fakes.synthetic import flood_stream
 
+from slaguard.guard import modes
 from slaguard.guard.config import BreakerConfig, GuardConfig
 from slaguard.guard.events import (
     BreakerEvent,
@@ -174,3 +175,32 @@ def test_an_ended_trip_verdict_says_what_is_true_now() -> None:
         "guard hot_spot on prefix:hot: ended: too little data to judge now; was: prefix hot "
         "has at least "
     ), said
+
+
+def test_a_resume_written_elsewhere_closes_the_breaker_so_a_persisting_fault_trips_again() -> None:
+    """`slaguard resume` (the command every incident message gives) reaches the leader as
+    a stored state it adopts: the breaker stayed open from the trip, so the flood still
+    running never tripped the fleet again, where a resume through the leader's API did."""
+    guard = _guard()
+    plan = RolloutPlan(baseline_s=86_400.0, stage_s=86_400.0)
+    timeline = list(run_seconds(guard, flood_stream(900), 1, 330, guard.evaluate))
+    assert guard.state.mode == ROUND_ROBIN and guard.breaker.opened_at_s is not None
+    tripped = [s for s, evs in timeline if any(isinstance(e, BreakerEvent) for e in evs)]
+    resumed = modes.manual_resume(guard.state, 330.0, plan, actor="ana", reason="cli")
+    guard.adopt_state(resumed.state, 330.0)
+    assert guard.state.mode == R10
+    later = list(
+        run_seconds(guard, flood_stream(900)[_index_at(330.0) :], 331, 360, guard.evaluate)
+    )
+    again = [
+        s
+        for s, evs in later
+        if any(isinstance(e, BreakerEvent) and e.signal == "trip" for e in evs)
+    ]
+    assert len(tripped) == 1 and again and again[0] <= 331 + 2  # K = 3 evaluations
+    assert guard.state.mode == ROUND_ROBIN
+
+
+def _index_at(at_s: float) -> int:
+    """The first sample of `flood_stream` at or after `at_s`."""
+    return next(i for i, s in enumerate(flood_stream(900)) if s.at_s >= at_s)

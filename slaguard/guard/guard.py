@@ -265,12 +265,15 @@ class Guard:
             self.state, now_s, self.plan, actor=actor, reason=reason, stage_pct=stage_pct
         )
         if result.changed:
-            # The human's judgement closes the breaker: the plan then advances by its
-            # timing here as on any replica that starts fresh (the open breaker lived only
-            # in this process, so a restart advanced a fleet this one held back). A fault
-            # still there trips again after `trip_after` bad evaluations.
-            self.breaker = BreakerState()
+            self._close_breaker()
         return result, self._apply(result, now_s)
+
+    def _close_breaker(self) -> None:
+        """A human's resume closes the breaker, whichever replica or CLI wrote it: the plan
+        then advances by its timing here as on any replica that starts fresh (the open
+        breaker lived only in this process, so a restart advanced a fleet this one held
+        back), and a fault still there trips again after `trip_after` bad evaluations."""
+        self.breaker = BreakerState()
 
     def adopt_state(
         self, stored: ModeState, now_s: float, *, replacing_unsaved: bool = False
@@ -284,5 +287,7 @@ class Guard:
             return []
         before = self.state
         self._take(stored)
+        if before.mode.kind not in _LEARNED_FAMILY and stored.mode.kind in _LEARNED_FAMILY:
+            self._close_breaker()  # a resume (or a return) another process wrote
         resolved = self._maybe_resolve(before, now_s, stored.reason)
         return [] if resolved is None else [resolved]
