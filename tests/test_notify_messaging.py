@@ -136,3 +136,15 @@ def test_the_fallback_text_says_the_mode_change_once() -> None:
     text = build_message(opened, MessageLinks("", "")).text
     assert text.endswith(": l40s tier slow; fleet learned -&gt; round_robin"), text
     assert text.count("round_robin") == 1
+
+
+def test_an_update_without_a_switch_says_the_fleet_stays() -> None:
+    """An update while the fleet stays on round-robin read "(mode round_robin ->
+    round_robin)", or repeated the opening's switch: on call, a second rollback."""
+    update = replace(
+        incident(state=IncidentState.UPDATED, summary="also: prefix b hot"),
+        mode_before="round_robin",
+        mode_after="round_robin",
+    )
+    text = build_message(update, MessageLinks("", "")).text
+    assert text.endswith(": also: prefix b hot (fleet stays on round_robin)"), text

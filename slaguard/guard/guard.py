@@ -142,7 +142,7 @@ class Guard:
             events += self._on_trip(now_s, trips)
         elif step.signal is BreakerSignal.CLEAR:
             events += self._on_clear(now_s)
-        elif trips and (joined := self.incidents.joined(now_s, trips)) is not None:
+        elif trips and (joined := self.incidents.joined(now_s, trips, self.state.mode.label)):
             events.append(joined)
         if step.state.consecutive_bad == 0 and self.breaker.opened_at_s is None:
             events += self._apply(modes.advance(self.state, now_s, self.plan), now_s)

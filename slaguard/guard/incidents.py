@@ -97,10 +97,12 @@ class IncidentTracker:
         self.current.cleared = False
         self.current.seen |= keys
         summary = f"fault is back: {first.summary}"
-        return self._event(IncidentState.UPDATED, now_s, summary, _evidence(trips))
+        modes = (mode_before, mode_after)  # this trip's switch, often none: not the opening's
+        return self._event(IncidentState.UPDATED, now_s, summary, _evidence(trips), modes)
 
-    def joined(self, now_s: float, trips: list[Verdict]) -> IncidentEvent | None:
-        """Update once when a detector/subject not yet in the open incident trips too."""
+    def joined(self, now_s: float, trips: list[Verdict], mode: str) -> IncidentEvent | None:
+        """Update once when a detector/subject not yet in the open incident trips too (the
+        fleet stays on `mode`: no switch to report)."""
         inc = self.current
         if inc is None:
             return None
@@ -109,7 +111,7 @@ class IncidentTracker:
             return None
         inc.seen |= {(v.detector, v.subject) for v in new}
         summary = "also: " + "; ".join(v.summary for v in new)
-        return self._event(IncidentState.UPDATED, now_s, summary, _evidence(new))
+        return self._event(IncidentState.UPDATED, now_s, summary, _evidence(new), (mode, mode))
 
     def cleared(self, now_s: float, mode: str, how_to_resume: str) -> IncidentEvent | None:
         """The breaker cleared but the fleet stays on round-robin for now."""

@@ -180,7 +180,10 @@ def build_message(event: IncidentEvent, links: MessageLinks) -> SlackMessage:
         )
     blocks += _link_blocks(links)
     change = f"{event.mode_before} -> {event.mode_after}"
-    said = f"{event.summary} (mode {change})" if change not in event.summary else event.summary
+    if event.mode_before == event.mode_after:
+        said = f"{event.summary} (fleet stays on {event.mode_after})"
+    else:
+        said = f"{event.summary} (mode {change})" if change not in event.summary else event.summary
     text = _clip(
         f"[{event.state.value}] {_mrkdwn(event.incident_id)} {_mrkdwn(event.detector)} on "
         f"{_mrkdwn(event.subject)}: {_mrkdwn(said)}",  # the change once ("fleet a -> b" says it)
