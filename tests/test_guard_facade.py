@@ -19,8 +19,9 @@ from slaguard.guard.events import (
 )
 from slaguard.guard.guard import Guard
 from slaguard.guard.modes import ModeState
+from slaguard.guard.samples import GuardSample
 from slaguard.guard.verdicts import Severity
-from slaguard.scheduler.rollout import ROUND_ROBIN, FleetMode, ModeKind, RolloutPlan
+from slaguard.scheduler.rollout import ROUND_ROBIN, Arm, FleetMode, ModeKind, RolloutPlan
 
 R10 = FleetMode(ModeKind.ROLLOUT, 10)
 FLOOD = (300.0, 400.0)  # flood_stream default
@@ -204,3 +205,26 @@ def test_a_resume_written_elsewhere_closes_the_breaker_so_a_persisting_fault_tri
 def _index_at(at_s: float) -> int:
     """The first sample of `flood_stream` at or after `at_s`."""
     return next(i for i, s in enumerate(flood_stream(900)) if s.at_s >= at_s)
+
+
+def test_a_resume_starts_the_rollout_comparison_afresh() -> None:
+    """With the resume closing the breaker, the learned arm's losses from before the trip
+    (still in the 10-minute window) tripped the fleet again at once: the comparison
+    judges the new gray stage, not the episode the human reviewed."""
+    guard = Guard(GuardConfig(), RolloutPlan(baseline_s=86_400.0, stage_s=86_400.0))
+    guard.adopt_state(ModeState(mode=FleetMode(ModeKind.ROLLOUT, 50), version=1), 0.0)
+    t = 0.0
+    for k in range(2000):  # 20 req/s for 100 s: the learned arm misses 40 %, round-robin 5 %
+        t = k * 0.05
+        learned = k % 2 == 0
+        arm, missed = (Arm.LEARNED, k % 5 < 2) if learned else (Arm.ROUND_ROBIN, k % 20 == 1)
+        guard.observe(GuardSample(t, f"t{k % 4}", "h100", "m", not missed, 4.0, 0.3, arm=arm))
+        if k % 20 == 0:
+            guard.evaluate(t)
+    assert guard.state.mode == ROUND_ROBIN  # tripped by rollout_compare
+    plan = RolloutPlan(baseline_s=86_400.0, stage_s=86_400.0)
+    resumed = modes.manual_resume(guard.state, t + 1, plan, actor="carol", reason="reviewed")
+    guard.adopt_state(resumed.state, t + 1)
+    for s in range(2, 12):
+        guard.evaluate(t + s)
+    assert guard.state.mode == R10

@@ -89,11 +89,12 @@ class Guard:
         self.ttft = TtftZscoreDetector(self.config.ttft_zscore)
         self.cold_start = ColdStartDetector(self.config.cold_start)
         self.hot_spot = HotSpotDetector(self.config.hot_spot)
+        self.compare = RolloutCompareDetector(self.config.rollout_compare)
         self.detectors: tuple[Detector, ...] = (
             self.ttft,
             self.hot_spot,
             self.cold_start,
-            RolloutCompareDetector(self.config.rollout_compare),
+            self.compare,
         )
         self.incidents = IncidentTracker(incident_prefix, self.plan.first_stage().stage_pct)
         self._active: dict[tuple[str, str], Verdict] = {}
@@ -154,7 +155,8 @@ class Guard:
         ones against round-robin's next ones), not two arms running side by side. Resetting
         its counts at a mode change would not do: requests routed before the change finish
         after it (in the simulator, 110-150 learned-arm samples after a trip at 20 req/s),
-        and a new gray stage would lose the previous stage's comparable requests."""
+        and a new gray stage would lose the previous stage's comparable requests. Only a
+        stage entered from round-robin starts afresh (`_take`)."""
         if report.detector != rollout_compare.NAME or self.state.mode.kind is ModeKind.ROLLOUT:
             return report
         evidence = report.evidence | {"gray_stage": False}
@@ -237,6 +239,8 @@ class Guard:
         the TTFT detector's per-target baselines start again."""
         if state.mode.learned_share != self.state.mode.learned_share:
             self.ttft.rebaseline()
+        if self.state.mode.kind not in _LEARNED_FAMILY and state.mode.kind is ModeKind.ROLLOUT:
+            self.compare.restart()
         self.state = state
 
     def _maybe_resolve(self, before: ModeState, now_s: float, message: str) -> IncidentEvent | None:

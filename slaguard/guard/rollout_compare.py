@@ -64,6 +64,11 @@ class RolloutCompareDetector:
 
     def __init__(self, config: RolloutCompareConfig | None = None) -> None:
         self.config = config or RolloutCompareConfig()
+        self.restart()
+
+    def restart(self) -> None:
+        """Forget every count: a gray stage entered from round-robin is a new comparison
+        (what the window still holds is the episode that ended in round-robin)."""
         c = self.config
         self._counts = _SlidingArmCounts(c.slice_s, math.ceil(c.window_s / c.slice_s))
 
