@@ -297,5 +297,5 @@ def render_snapshot(registry: CollectorRegistry) -> str:
 
 
 def write_snapshot(registry: CollectorRegistry, path: Path) -> None:
-    """Write a final snapshot of `registry` (the simulator's export) to `path`."""
+    """Write `registry` in the text exposition format to `path`."""
     path.write_text(render_snapshot(registry), encoding="utf-8")
