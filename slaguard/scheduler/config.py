@@ -141,7 +141,6 @@ class SchedulerConfig(BaseModel):
     correction: CorrectionConfig = Field(default_factory=CorrectionConfig)
     learning: LearningConfig = Field(default_factory=LearningConfig)
     degrade: bool = True
-    decision_budget_s: float = Field(default=0.05, gt=0)
     priorities: tuple[Priority, ...] = tuple(Priority)
 
     @model_validator(mode="after")
