@@ -1,7 +1,8 @@
 """Alembic environment for the slaguard audit schema (SQLite and PostgreSQL).
 
 Run through `slaguard db upgrade` (which passes its connection), or plain `alembic` with
-the top-level alembic.ini (URL from `$SLAGUARD_DB`, else `sqlalchemy.url`).
+the top-level alembic.ini (URL from `$SLAGUARD_DB`, else `sqlalchemy.url`). Either way a
+missing SQLite file is created owner-only (0600) before the first connection.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from sqlalchemy.engine import Connection
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.models import Base
+from slaguard.audit.schema import create_private_sqlite_file
 
 config = context.config
 target_metadata = Base.metadata
@@ -54,6 +56,7 @@ def run_migrations_online() -> None:
         _run(connection)
         return
     engine = create_audit_engine(_configured_url())
+    create_private_sqlite_file(engine.url)  # as `slaguard db upgrade`: not the umask's 0644
     with engine.begin() as conn:
         _run(conn)
     engine.dispose()

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -269,3 +272,23 @@ def test_an_audit_database_slaguard_creates_is_its_owners_only(tmp_path: Path) -
         spill = {m for n, m in modes.items() if n.endswith(".db.spill")}
         assert (database, spill) == ({0o600}, set() if name == "db" else {0o700}), modes
     assert _modes(tmp_path / "existing")["kept.db"] == 0o644  # not created by slaguard: kept
+
+
+def test_plain_alembic_creates_the_sqlite_file_owners_only(tmp_path: Path) -> None:
+    """`alembic upgrade head` with the top-level alembic.ini, as docs/audit.md offers it
+    beside `slaguard db upgrade`: the file it creates is 0600 too, not the umask's 0644."""
+    root = Path(__file__).resolve().parents[1]
+    db = tmp_path / "alembic" / "a.db"
+    db.parent.mkdir()
+    env = {**os.environ, "SLAGUARD_DB": f"sqlite:///{db}", "PYTHONPATH": str(root)}
+    command = [sys.executable, "-m", "alembic", "-c", str(root / "alembic.ini"), "upgrade", "head"]
+    with usual_umask():
+        done = subprocess.run(
+            command, cwd=root, env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+    assert done.returncode == 0, done.stderr
+    engine = create_audit_engine(f"sqlite:///{db}")
+    assert current_revision(engine) == head_revision()
+    engine.dispose()
+    modes = _modes(db.parent)
+    assert modes and set(modes.values()) == {0o600}, modes
