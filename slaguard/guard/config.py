@@ -11,9 +11,26 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from slaguard.scheduler.rollout import ROLLBACK_RATIO
 
+MAX_SLICES = 2_000
+"""Slices in one sliding window (`window_s / slice_s`): each target holds a histogram per
+slice, so a window of 1e9 s (or 5 s sliced in milliseconds) ran out of memory at the first
+sample. 2,000 is a day in 45 s slices; the defaults use 60."""
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no inf: `window_s: .inf` crashed the start (OverflowError), `cooldown_s: .inf` never ended
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _slices(window_s: float, slice_s: float, names: str) -> int:
+    """The slices of a window; more than `MAX_SLICES` is refused, naming `names`."""
+    ratio = window_s / slice_s  # 1e300 / 1e-10 is inf: no ceil of it
+    if not ratio <= MAX_SLICES:
+        raise ValueError(
+            f"{names} make {ratio:.3g} slices, above {MAX_SLICES} (the window is kept slice "
+            "by slice, in memory); fix: raise the slice or shorten the window"
+        )
+    return math.ceil(ratio)
 
 
 class TtftZscoreConfig(_Strict):
@@ -52,11 +69,28 @@ class TtftZscoreConfig(_Strict):
     @model_validator(mode="after")
     def _slices_fit(self) -> TtftZscoreConfig:
         if self.slice_s > min(self.window_s, self.tier_window_s):
-            raise ValueError("slice_s must be <= window_s and <= tier_window_s")
+            raise ValueError(
+                f"slice_s {self.slice_s} is above window_s {self.window_s} or tier_window_s "
+                f"{self.tier_window_s}; fix: lower slice_s (default 5) or lengthen the window"
+            )
         if self.min_ttft_s >= self.max_ttft_s:
-            raise ValueError("min_ttft_s must be < max_ttft_s")
+            raise ValueError(
+                f"min_ttft_s {self.min_ttft_s} is not below max_ttft_s {self.max_ttft_s}; "
+                "fix: lower min_ttft_s (default 1e-4) or raise max_ttft_s (default 1e4)"
+            )
         if self.tier_fast_window_s and self.tier_fast_slice_s > self.tier_fast_window_s:
-            raise ValueError("tier_fast_slice_s must be <= tier_fast_window_s")
+            raise ValueError(
+                f"tier_fast_slice_s {self.tier_fast_slice_s} is above tier_fast_window_s "
+                f"{self.tier_fast_window_s}; fix: lower tier_fast_slice_s (default 2.5)"
+            )
+        _slices(self.window_s, self.slice_s, "window_s / slice_s")
+        _slices(self.tier_window_s, self.slice_s, "tier_window_s / slice_s")
+        if self.tier_fast_window_s:
+            _slices(
+                self.tier_fast_window_s,
+                self.tier_fast_slice_s,
+                "tier_fast_window_s / tier_fast_slice_s",
+            )
         return self
 
     @property
@@ -114,6 +148,11 @@ class RolloutCompareConfig(_Strict):
     min_samples_per_arm: int = Field(default=200, ge=1)
     ratio: float = Field(default=ROLLBACK_RATIO, ge=1)
     z_margin: float = Field(default=1.645, ge=0)
+
+    @model_validator(mode="after")
+    def _slices_fit(self) -> RolloutCompareConfig:
+        _slices(self.window_s, self.slice_s, "window_s / slice_s")
+        return self
 
 
 class BreakerConfig(_Strict):

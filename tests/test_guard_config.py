@@ -1,0 +1,88 @@
+"""The `guard:` section of the serve config: each mistake is one line naming its source,
+the field and the fix, refused before anything starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from slaguard.cli.main import app
+from slaguard.guard.config import MAX_SLICES, GuardConfig
+from slaguard.service.config import ServiceConfigError, load_config
+
+
+def _error(path: Path) -> str:
+    with pytest.raises(ServiceConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert "\n" not in message and "fix:" in message
+    return message
+
+
+def _file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "serve.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ("ttft_zscore", "window_s"),
+        ("rollout_compare", "window_s"),
+        ("breaker", "cooldown_s"),
+        ("hot_spot", "decay_tau_s"),
+        ("cold_start", "max_age_s"),
+    ],
+)
+def test_an_infinite_number_is_refused_like_nan(section: str, key: str, tmp_path: Path) -> None:
+    """`window_s: .inf` crashed the start with an OverflowError traceback; `cooldown_s: .inf`
+    and `decay_tau_s: .inf` were taken (a cool-down that never ends)."""
+    path = _file(tmp_path, f"guard:\n  {section}:\n    {key}: .inf\n")
+    env = f"SLAGUARD_SERVE_GUARD__{section.upper()}__{key.upper()}"
+    assert _error(path) == (
+        f"{path}: guard.{section}.{key}: Input should be a finite number (got inf); "
+        f"fix: correct the value (or set ${env})"
+    )
+
+
+def test_an_infinite_number_from_the_environment_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SLAGUARD_SERVE_GUARD__TTFT_ZSCORE__WINDOW_S", "inf")
+    with pytest.raises(ServiceConfigError) as err:
+        load_config()
+    assert str(err.value).startswith(
+        "$SLAGUARD_SERVE_GUARD__TTFT_ZSCORE__WINDOW_S: guard.ttft_zscore.window_s: "
+        "Input should be a finite number"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ttft_zscore: {window_s: 1.0e+9}",
+        "ttft_zscore: {window_s: 1.0e+300, slice_s: 1.0e-10}",
+        "rollout_compare: {window_s: 1.0e+9}",
+        "ttft_zscore: {tier_fast_window_s: 10, tier_fast_slice_s: 0.0001}",
+    ],
+)
+def test_a_window_of_too_many_slices_is_refused(text: str, tmp_path: Path) -> None:
+    """A window of 1e9 s passed the start and ran out of memory at the first sample."""
+    message = _error(_file(tmp_path, f"guard:\n  {text}\n"))
+    assert f"slices, above {MAX_SLICES}" in message, message
+    assert "fix: raise the slice or shorten the window" in message
+
+
+def test_serve_refuses_an_infinite_window_in_one_line_exit_2(tmp_path: Path) -> None:
+    path = _file(tmp_path, "guard:\n  ttft_zscore:\n    window_s: .inf\n")
+    result = CliRunner().invoke(app, ["serve", "--config", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and "finite number" in result.stderr
+
+
+def test_the_defaults_are_valid_and_within_the_slice_bound() -> None:
+    config = GuardConfig()
+    assert config.ttft_zscore.slice_count <= MAX_SLICES
