@@ -44,7 +44,7 @@ def test_an_infinite_number_is_refused_like_nan(section: str, key: str, tmp_path
     env = f"SLAGUARD_SERVE_GUARD__{section.upper()}__{key.upper()}"
     assert _error(path) == (
         f"{path}: guard.{section}.{key}: Input should be a finite number (got inf); "
-        f"fix: correct the value (or set ${env})"
+        f"fix: write a finite number (or set ${env})"
     )
 
 
@@ -86,3 +86,55 @@ def test_serve_refuses_an_infinite_window_in_one_line_exit_2(tmp_path: Path) -> 
 def test_the_defaults_are_valid_and_within_the_slice_bound() -> None:
     config = GuardConfig()
     assert config.ttft_zscore.slice_count <= MAX_SLICES
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "fix"),
+    [
+        ("breaker: {trip_after: true}", "breaker.trip_after", "write a whole number"),
+        ("breaker: {clear_after: '30'}", "breaker.clear_after", "write a whole number"),
+        ("breaker: {clear_after: 30.0}", "breaker.clear_after", "write a whole number"),
+        ("ttft_zscore: {min_samples: false}", "ttft_zscore.min_samples", "write a whole number"),
+        ("breaker: {auto_return: 'yes'}", "breaker.auto_return", "write true or false"),
+        ("breaker: {auto_return: 1}", "breaker.auto_return", "write true or false"),
+        ("ttft_zscore: {window_s: true}", "ttft_zscore.window_s", "write a number"),
+    ],
+)
+def test_a_count_or_flag_of_the_wrong_kind_is_refused(
+    text: str, field: str, fix: str, tmp_path: Path
+) -> None:
+    """`trip_after: true` was K = 1 and `auto_return: "yes"` true, without a word."""
+    path = _file(tmp_path, f"guard:\n  {text}\n")
+    message = _error(path)
+    assert message.startswith(f"{path}: guard.{field}: "), message
+    assert f"fix: {fix}" in message, message
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "read"),
+    [
+        ("BREAKER__AUTO_RETURN", "true", True),
+        ("BREAKER__AUTO_RETURN", "false", False),
+        ("BREAKER__TRIP_AFTER", "5", 5),
+        ("BREAKER__COOLDOWN_S", "60", 60.0),
+        ("TTFT_ZSCORE__WINDOW_S", "1e3", 1000.0),
+    ],
+)
+def test_environment_variables_are_text_read_as_the_fields_type(
+    variable: str, value: str, read: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(f"SLAGUARD_SERVE_GUARD__{variable}", value)
+    section, key = variable.lower().split("__")
+    assert getattr(getattr(load_config().guard, section), key) == read
+
+
+def test_an_environment_count_that_is_no_number_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SLAGUARD_SERVE_GUARD__BREAKER__TRIP_AFTER", "true")
+    with pytest.raises(ServiceConfigError) as err:
+        load_config()
+    assert str(err.value) == (
+        "$SLAGUARD_SERVE_GUARD__BREAKER__TRIP_AFTER: guard.breaker.trip_after: Input should "
+        "be a valid integer (got 'true'); fix: correct the variable or unset it"
+    )

@@ -1,15 +1,23 @@
 """Detector, breaker and guard settings: pydantic models whose defaults are documented.
 
 Every default is explained in docs/guard.md; the numbers here are the single source.
+Counts are whole numbers as written and flags true/false (YAML's `trip_after: true` was
+K = 1, `auto_return: "yes"` was true); the other numbers are finite and never true/false.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from slaguard.fleet.validation import Number, Whole
 from slaguard.scheduler.rollout import ROLLBACK_RATIO
+
+Flag = Annotated[bool, Field(strict=True)]
+"""true or false as written: `"yes"` or 1 is no flag (the serve config's environment
+variables, text by nature, are read as the field's type first: `service/config.py`)."""
 
 MAX_SLICES = 2_000
 """Slices in one sliding window (`window_s / slice_s`): each target holds a histogram per
@@ -36,35 +44,35 @@ def _slices(window_s: float, slice_s: float, names: str) -> int:
 class TtftZscoreConfig(_Strict):
     """Per-target TTFT p99 over a sliding window, robust-scored against peers and fleet."""
 
-    window_s: float = Field(default=300.0, gt=0)
-    slice_s: float = Field(default=5.0, gt=0)
-    quantile: float = Field(default=0.99, gt=0, lt=1)
-    min_tail_samples: int = Field(default=3, ge=0)
-    relative_accuracy: float = Field(default=0.02, gt=0, lt=0.5)
-    min_ttft_s: float = Field(default=1e-4, gt=0)
-    max_ttft_s: float = Field(default=1e4, gt=0)
-    min_samples: int = Field(default=30, ge=1)
-    min_peers: int = Field(default=3, ge=3)
-    min_scored_targets: int = Field(default=3, ge=3)
-    z_threshold: float = Field(default=3.5, gt=0)
-    mad_floor_rel: float = Field(default=0.15, gt=0)
-    baseline_tau_s: float = Field(default=1800.0, gt=0)
-    baseline_max_freeze_s: float = Field(default=1800.0, gt=0)
-    demote_after_s: float = Field(default=30.0, ge=0)
-    restore_after_s: float = Field(default=60.0, ge=0)
-    fleet_trip_share: float = Field(default=0.3, gt=0, le=1)
-    min_trip_targets: int = Field(default=3, ge=2)
-    tier_window_s: float = Field(default=30.0, gt=0)
-    tier_min_samples: int = Field(default=40, ge=5)
-    tier_min_targets: int = Field(default=2, ge=1)
-    tier_z_threshold: float = Field(default=4.5, gt=0)
-    tier_min_ratio: float = Field(default=1.75, gt=1)
-    tier_prompt_floor_tokens: int = Field(default=256, ge=1)
-    tier_max_load_ratio: float = Field(default=1.25, gt=1)
-    tier_fast_window_s: float = Field(default=10.0, ge=0)
-    tier_fast_slice_s: float = Field(default=2.5, gt=0)
-    tier_fast_min_samples: int = Field(default=12, ge=5)
-    tier_fast_z_threshold: float = Field(default=7.0, gt=0)
+    window_s: Number = Field(default=300.0, gt=0)
+    slice_s: Number = Field(default=5.0, gt=0)
+    quantile: Number = Field(default=0.99, gt=0, lt=1)
+    min_tail_samples: Whole = Field(default=3, ge=0)
+    relative_accuracy: Number = Field(default=0.02, gt=0, lt=0.5)
+    min_ttft_s: Number = Field(default=1e-4, gt=0)
+    max_ttft_s: Number = Field(default=1e4, gt=0)
+    min_samples: Whole = Field(default=30, ge=1)
+    min_peers: Whole = Field(default=3, ge=3)
+    min_scored_targets: Whole = Field(default=3, ge=3)
+    z_threshold: Number = Field(default=3.5, gt=0)
+    mad_floor_rel: Number = Field(default=0.15, gt=0)
+    baseline_tau_s: Number = Field(default=1800.0, gt=0)
+    baseline_max_freeze_s: Number = Field(default=1800.0, gt=0)
+    demote_after_s: Number = Field(default=30.0, ge=0)
+    restore_after_s: Number = Field(default=60.0, ge=0)
+    fleet_trip_share: Number = Field(default=0.3, gt=0, le=1)
+    min_trip_targets: Whole = Field(default=3, ge=2)
+    tier_window_s: Number = Field(default=30.0, gt=0)
+    tier_min_samples: Whole = Field(default=40, ge=5)
+    tier_min_targets: Whole = Field(default=2, ge=1)
+    tier_z_threshold: Number = Field(default=4.5, gt=0)
+    tier_min_ratio: Number = Field(default=1.75, gt=1)
+    tier_prompt_floor_tokens: Whole = Field(default=256, ge=1)
+    tier_max_load_ratio: Number = Field(default=1.25, gt=1)
+    tier_fast_window_s: Number = Field(default=10.0, ge=0)
+    tier_fast_slice_s: Number = Field(default=2.5, gt=0)
+    tier_fast_min_samples: Whole = Field(default=12, ge=5)
+    tier_fast_z_threshold: Number = Field(default=7.0, gt=0)
 
     @model_validator(mode="after")
     def _slices_fit(self) -> TtftZscoreConfig:
@@ -121,33 +129,33 @@ class TtftZscoreConfig(_Strict):
 class HotSpotConfig(_Strict):
     """Space-Saving heavy hitters over full prefix identity with time-decayed counts."""
 
-    counters: int = Field(default=64, ge=2)
-    decay_tau_s: float = Field(default=8.0, gt=0)
-    trip_share: float = Field(default=0.2, gt=0, le=1)
-    min_effective_samples: float = Field(default=24.0, gt=0)
+    counters: Whole = Field(default=64, ge=2)
+    decay_tau_s: Number = Field(default=8.0, gt=0)
+    trip_share: Number = Field(default=0.2, gt=0, le=1)
+    min_effective_samples: Number = Field(default=24.0, gt=0)
 
 
 class ColdStartConfig(_Strict):
     """Page-Hinkley on a young model's log(TTFT/deadline) and SLA misses vs the baseline."""
 
-    max_age_s: float = Field(default=86_400.0, gt=0)
-    ttft_delta: float = Field(default=0.22, ge=0)
-    ttft_threshold: float = Field(default=25.0, gt=0)
-    sla_delta: float = Field(default=0.05, ge=0)
-    sla_threshold: float = Field(default=10.0, gt=0)
-    min_samples: int = Field(default=30, ge=1)
-    baseline_min_samples: int = Field(default=200, ge=1)
-    baseline_tau_s: float = Field(default=1800.0, gt=0)
+    max_age_s: Number = Field(default=86_400.0, gt=0)
+    ttft_delta: Number = Field(default=0.22, ge=0)
+    ttft_threshold: Number = Field(default=25.0, gt=0)
+    sla_delta: Number = Field(default=0.05, ge=0)
+    sla_threshold: Number = Field(default=10.0, gt=0)
+    min_samples: Whole = Field(default=30, ge=1)
+    baseline_min_samples: Whole = Field(default=200, ge=1)
+    baseline_tau_s: Number = Field(default=1800.0, gt=0)
 
 
 class RolloutCompareConfig(_Strict):
     """Learned vs round-robin SLA violation rates during the gray stages."""
 
-    window_s: float = Field(default=600.0, gt=0)
-    slice_s: float = Field(default=10.0, gt=0)
-    min_samples_per_arm: int = Field(default=200, ge=1)
-    ratio: float = Field(default=ROLLBACK_RATIO, ge=1)
-    z_margin: float = Field(default=1.645, ge=0)
+    window_s: Number = Field(default=600.0, gt=0)
+    slice_s: Number = Field(default=10.0, gt=0)
+    min_samples_per_arm: Whole = Field(default=200, ge=1)
+    ratio: Number = Field(default=ROLLBACK_RATIO, ge=1)
+    z_margin: Number = Field(default=1.645, ge=0)
 
     @model_validator(mode="after")
     def _slices_fit(self) -> RolloutCompareConfig:
@@ -158,17 +166,17 @@ class RolloutCompareConfig(_Strict):
 class BreakerConfig(_Strict):
     """Hysteresis and flapping limits for the fleet breaker."""
 
-    trip_after: int = Field(default=3, ge=1)
-    clear_after: int = Field(default=30, ge=1)
-    cooldown_s: float = Field(default=300.0, ge=0)
-    max_switches_per_hour: int = Field(default=4, ge=2)
-    auto_return: bool = False
+    trip_after: Whole = Field(default=3, ge=1)
+    clear_after: Whole = Field(default=30, ge=1)
+    cooldown_s: Number = Field(default=300.0, ge=0)
+    max_switches_per_hour: Whole = Field(default=4, ge=2)
+    auto_return: Flag = False
 
 
 class GuardConfig(_Strict):
     """Everything the guard needs; `evaluation_interval_s` is the driver's contract."""
 
-    evaluation_interval_s: float = Field(default=1.0, gt=0)
+    evaluation_interval_s: Number = Field(default=1.0, gt=0)
     ttft_zscore: TtftZscoreConfig = Field(default_factory=TtftZscoreConfig)
     hot_spot: HotSpotConfig = Field(default_factory=HotSpotConfig)
     cold_start: ColdStartConfig = Field(default_factory=ColdStartConfig)

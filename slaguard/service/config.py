@@ -9,6 +9,7 @@ admin bearer token is never read from the file: only from `$SLAGUARD_ADMIN_TOKEN
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -27,6 +29,7 @@ from pydantic import (
 )
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     YamlConfigSettingsSource,
@@ -236,10 +239,38 @@ class ServiceConfig(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [init_settings, _TypedEnv(settings_cls)]
         if settings_cls.model_config.get("yaml_file") is not None:
             sources.append(YamlConfigSettingsSource(settings_cls))
         return tuple(sources)
+
+
+class _TypedEnv(EnvSettingsSource):
+    """The environment, each whole number or flag read as its field's type first: a
+    variable is text by nature (`..._AUTO_RETURN=true`, `..._TRIP_AFTER=5`), while the
+    file's `trip_after: true` or `auto_return: "yes"` is a mistake the strict fields
+    refuse. A text that does not read as the type is left for the field's own error."""
+
+    def __call__(self) -> dict[str, Any]:
+        return _typed(self.settings_cls, super().__call__())
+
+
+_READERS: dict[Any, TypeAdapter[Any]] = {int: TypeAdapter(int), bool: TypeAdapter(bool)}
+
+
+def _typed(model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
+    out = dict(values)
+    for key, value in values.items():
+        field = model.model_fields.get(key)
+        if field is None:
+            continue
+        kind = field.annotation
+        if isinstance(value, dict) and isinstance(kind, type) and issubclass(kind, BaseModel):
+            out[key] = _typed(kind, value)
+        elif isinstance(value, str) and kind in _READERS:
+            with contextlib.suppress(ValidationError):  # its own error names the variable
+                out[key] = _READERS[kind].validate_python(value.strip())
+    return out
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:
@@ -306,8 +337,17 @@ def _config_error(err: Any, file_source: str, flags: Mapping[str, Any]) -> str:
     if env_name in env_set:
         where, fix = f"${env_name}", "correct the variable or unset it"
     else:
-        where, fix = file_source, f"correct the value (or set ${env_name})"
+        what = _TYPE_FIXES.get(err["type"], "correct the value")
+        where, fix = file_source, f"{what} (or set ${env_name})"
     return f"{where}: {field}: {err['msg']}{shown}; fix: {fix}"
+
+
+_TYPE_FIXES = {  # the file's values of the wrong kind (the strict `guard:` fields)
+    "int_type": "write a whole number, like 3, without quotes",
+    "bool_type": "write true or false, without quotes",
+    "number_type": "write a number",
+    "finite_number": "write a finite number",
+}
 
 
 def _unknown_key_fix(loc: tuple[int | str, ...]) -> str:
