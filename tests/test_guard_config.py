@@ -9,8 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from slaguard.cli.main import app
+from slaguard.fleet import load_fleet
 from slaguard.guard.config import MAX_SLICES, GuardConfig
+from slaguard.guard.guard import Guard
 from slaguard.service.config import ServiceConfigError, load_config
+from slaguard.sim.guarded import GuardController
 
 
 def _error(path: Path) -> str:
@@ -138,3 +141,33 @@ def test_an_environment_count_that_is_no_number_names_the_variable(
         "$SLAGUARD_SERVE_GUARD__BREAKER__TRIP_AFTER: guard.breaker.trip_after: Input should "
         "be a valid integer (got 'true'); fix: correct the variable or unset it"
     )
+
+
+def test_serve_refuses_the_simulators_evaluation_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was taken and ignored: serve evaluates every `loops.detectors_s`, so K and M
+    were timed by another knob than the one set."""
+    path = _file(tmp_path, "guard:\n  evaluation_interval_s: 2\n")
+    assert _error(path) == (
+        f"{path}: guard.evaluation_interval_s: serve does not read it (got 2): it evaluates "
+        "the guard every loops.detectors_s (default 1.0), and this key is the simulator's; "
+        "fix: remove it and set loops.detectors_s"
+    )
+    monkeypatch.setenv("SLAGUARD_SERVE_GUARD__EVALUATION_INTERVAL_S", "2")
+    with pytest.raises(ServiceConfigError) as err:
+        load_config()
+    assert str(err.value).startswith(
+        "$SLAGUARD_SERVE_GUARD__EVALUATION_INTERVAL_S: guard.evaluation_interval_s: serve "
+        "does not read it"
+    )
+
+
+def test_an_unknown_guard_key_does_not_offer_the_evaluation_interval(tmp_path: Path) -> None:
+    message = _error(_file(tmp_path, "guard:\n  evaluation_intervals: 2\n"))
+    assert "use one of breaker, cold_start, hot_spot, rollout_compare, ttft_zscore" in message
+
+
+def test_the_simulator_still_reads_its_evaluation_interval() -> None:
+    config = GuardConfig.model_validate({"evaluation_interval_s": 2})
+    assert GuardController(Guard(config), load_fleet()).interval_s == 2.0

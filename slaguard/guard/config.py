@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from slaguard.fleet.validation import Number, Whole
 from slaguard.scheduler.rollout import ROLLBACK_RATIO
@@ -174,7 +174,8 @@ class BreakerConfig(_Strict):
 
 
 class GuardConfig(_Strict):
-    """Everything the guard needs; `evaluation_interval_s` is the driver's contract."""
+    """Everything the guard needs. `evaluation_interval_s` is the simulator's evaluation
+    period; `slaguard serve` evaluates every `loops.detectors_s` and refuses this key."""
 
     evaluation_interval_s: Number = Field(default=1.0, gt=0)
     ttft_zscore: TtftZscoreConfig = Field(default_factory=TtftZscoreConfig)
@@ -182,3 +183,18 @@ class GuardConfig(_Strict):
     cold_start: ColdStartConfig = Field(default_factory=ColdStartConfig)
     rollout_compare: RolloutCompareConfig = Field(default_factory=RolloutCompareConfig)
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
+
+
+class ServeGuardConfig(GuardConfig):
+    """`guard:` as serve takes it: the detectors run every `loops.detectors_s`, so the
+    simulator's `evaluation_interval_s` was accepted and ignored while the breaker's K and
+    M, which count evaluations, were tuned by the wrong knob."""
+
+    @field_validator("evaluation_interval_s")
+    @classmethod
+    def _serve_has_its_own(cls, value: float) -> float:
+        raise ValueError(
+            f"serve does not read it (got {value:g}): it evaluates the guard every "
+            "loops.detectors_s (default 1.0), and this key is the simulator's; fix: remove "
+            "it and set loops.detectors_s"
+        )

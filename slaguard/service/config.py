@@ -36,7 +36,7 @@ from pydantic_settings import (
 )
 
 from slaguard.audit.engine import DatabaseUrlError, resolve_db_url
-from slaguard.guard.config import GuardConfig
+from slaguard.guard.config import ServeGuardConfig
 from slaguard.notify.factory import read_secret_file
 from slaguard.userfiles import load_user_yaml
 
@@ -210,8 +210,8 @@ class ServiceConfig(BaseSettings):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     alertmanager: AlertmanagerConfig = Field(default_factory=AlertmanagerConfig)
     loops: LoopsConfig = Field(default_factory=LoopsConfig)
-    guard: GuardConfig = Field(
-        default_factory=GuardConfig, description="detectors and breaker (docs/guard.md)"
+    guard: ServeGuardConfig = Field(
+        default_factory=ServeGuardConfig, description="detectors and breaker (docs/guard.md)"
     )
     notify_file: Path | None = Field(
         default=None, description="incident messages as JSON lines here (else $SLAGUARD_*)"
@@ -361,7 +361,7 @@ def _unknown_key_fix(loc: tuple[int | str, ...]) -> str:
         if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
             break
         section = inner
-    keys = sorted(section.model_fields)
+    keys = sorted(set(section.model_fields) - {"evaluation_interval_s"})  # serve refuses it
     doc = "docs/guard.md" if loc[0] == "guard" else "examples/serve.yaml"
     fix = f"remove it, or use one of {', '.join(keys)} ({doc})"
     near = difflib.get_close_matches(str(loc[-1]), keys, n=1)
