@@ -77,7 +77,7 @@ def test_changes_say_what_happened_once_and_are_idempotent(audit_engine: Engine)
         "rollout 'rollout(50)' aborted: fleet on round_robin by bob (l40s slow)",
         "fleet already on round_robin; nothing to roll back",
         "fleet held on round-robin by bob (freeze)",
-        "fleet already held on round-robin; no change",
+        "fleet already on held_round_robin; nothing to hold",
         f"fleet resumed at rollout(10) by {me} (manual resume)",
     ]
     with audit_engine.connect() as conn:

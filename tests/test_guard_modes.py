@@ -83,6 +83,25 @@ def test_manual_rollback_is_idempotent() -> None:
     assert not held.changed
 
 
+def test_the_idempotent_answers_have_one_form() -> None:
+    """A second `rollback --hold` said `fleet already held on round-robin; no change`,
+    next to `fleet already on held_round_robin; nothing to roll back` for a rollback."""
+    held = _state(HELD_ROUND_ROBIN)
+    answers = [
+        modes.manual_rollback(held, 6.0, actor="ana", reason="x", hold=True),
+        modes.manual_rollback(held, 6.0, actor="ana", reason="x"),
+        modes.manual_rollback(_state(ROUND_ROBIN), 6.0, actor="ana", reason="x"),
+        modes.manual_resume(_state(LEARNED), 6.0, PLAN, actor="ana", reason="x"),
+    ]
+    assert [a.message.split(" (")[0] for a in answers if not a.changed] == [
+        "fleet already on held_round_robin; nothing to hold",
+        "fleet already on held_round_robin; nothing to roll back",
+        "fleet already on round_robin; nothing to roll back",
+        "fleet already on learned",
+    ]
+    assert answers[3].message.endswith("; nothing to resume")
+
+
 def test_hold_and_nothing_automatic_leaves_it() -> None:
     held = modes.manual_rollback(_state(R10), 5.0, actor="bo", reason="freeze", hold=True)
     assert held.state.mode == HELD_ROUND_ROBIN and held.message.startswith(

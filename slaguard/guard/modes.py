@@ -234,7 +234,8 @@ def manual_rollback(
     """A human sends the fleet to round-robin (`hold`: and keeps it there)."""
     if hold:
         if state.mode.kind is ModeKind.HELD_ROUND_ROBIN:
-            return _stay(state, "fleet already held on round-robin; no change")
+            # the form of every idempotent answer: fleet already on <mode>; nothing to <verb>
+            return _stay(state, f"fleet already on {state.mode.label}; nothing to hold")
         message = f"fleet held on round-robin by {actor} ({reason})"
         if state.mode.kind not in _RR_FAMILY:
             message = f"{_aborted(state.mode)}: {message}"
