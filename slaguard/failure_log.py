@@ -1,8 +1,8 @@
 """Log a loop's failures once per distinct error, a reminder a minute, and the recovery.
 
-The guard's loops run every 500 ms to 1 s and the telemetry scraper every 250 ms by default; during a
-database outage a warning per tick wrote ~1,200 identical lines in ten minutes and buried
-everything else in the log.
+The guard's loops run every 500 ms to 1 s and the telemetry scraper every 250 ms by
+default; during a database outage a warning per tick wrote ~1,200 identical lines in ten
+minutes and buried everything else in the log.
 """
 
 from __future__ import annotations
