@@ -175,15 +175,15 @@ def _drain(sink: AuditObserver, stops: StopSignals) -> WriterStats:
     """Close the audit writer, waiting up to 120 s for its rows; says so first when rows
     are waiting. A stop signal now ends the wait: one line says what is left where, and
     nothing more is written (exit 128 + the first stop signal's number)."""
-    stops.raise_at_once()
-    waiting = sink.writer.stats().queue_depth
-    if waiting:
-        print(
-            f"audit: writing the last {waiting} rows (up to 120 s; Ctrl-C again leaves them "
-            f"in {sink.writer.spill_dir})",
-            file=sys.stderr,
-        )
-    try:
+    try:  # a signal may land anywhere from here, the print below included
+        stops.raise_at_once()
+        waiting = sink.writer.stats().queue_depth
+        if waiting:
+            print(
+                f"audit: writing the last {waiting} rows (up to 120 s; Ctrl-C again leaves "
+                f"them in {sink.writer.spill_dir})",
+                file=sys.stderr,
+            )
         return sink.writer.close(drain_timeout_s=120)
     except Stopped as exc:
         fail(
