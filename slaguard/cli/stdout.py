@@ -14,6 +14,7 @@ import io
 import os
 import sys
 from collections.abc import Callable
+from typing import Any, BinaryIO
 
 from slaguard.cli.errors import USER_ERROR_EXIT
 
@@ -23,11 +24,19 @@ class StdoutWriteError(OSError):
 
 
 class _TaggedStdout(io.TextIOWrapper):
-    """sys.stdout whose write and flush failures are `StdoutWriteError`."""
+    """sys.stdout whose write and flush failures are `StdoutWriteError`; `unbuffered`
+    flushes each write, as PYTHONUNBUFFERED asks."""
+
+    def __init__(self, buffer: BinaryIO, *, unbuffered: bool, **kwargs: Any) -> None:
+        super().__init__(buffer, **kwargs)
+        self._unbuffered = unbuffered
 
     def write(self, text: str, /) -> int:
         try:
-            return super().write(text)
+            written = super().write(text)
+            if self._unbuffered:
+                super().flush()
+            return written
         except OSError as exc:
             raise StdoutWriteError(exc.errno, exc.strerror) from exc
 
@@ -42,12 +51,18 @@ def _tag_stdout() -> None:
     stdout = sys.stdout
     if not isinstance(stdout, io.TextIOWrapper):  # closed (None) or replaced by a host
         return
+    binary = stdout.detach()
+    # PYTHONUNBUFFERED (containers) leaves the raw file, where a short write (a reader
+    # leaving mid-write) was taken as done: the rest was dropped, and exit 0. A buffer
+    # writes all or raises; flushing each write keeps the output unbuffered.
+    unbuffered = isinstance(binary, io.RawIOBase)
     sys.stdout = _TaggedStdout(
-        stdout.detach(),
+        io.BufferedWriter(binary) if unbuffered else binary,
+        unbuffered=unbuffered,
         encoding=stdout.encoding,
         errors=stdout.errors,
         line_buffering=stdout.line_buffering,
-        write_through=stdout.write_through,  # PYTHONUNBUFFERED (containers) stays unbuffered
+        write_through=stdout.write_through,
     )
 
 
