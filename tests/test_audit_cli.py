@@ -82,6 +82,14 @@ def test_decisions_in_every_format(db: str, tmp_path: Path) -> None:
     )
 
 
+def test_policy_takes_the_arm_spelt_as_simulate_spells_it(db: str) -> None:
+    """`round-robin` (as `simulate --policy` spells it) was refused as an unknown arm."""
+    args = ("audit", "decisions", "--db", db, *WINDOW, "-f", "csv", "--limit", "0")
+    dashed = ok(*args, "--policy", "round-robin")
+    assert dashed == ok(*args, "--policy", "round_robin")
+    assert set(pd.read_csv(io.StringIO(dashed))["policy_arm"]) == {"round_robin"}
+
+
 def test_explain_shows_candidates_rejections_and_weights(db: str) -> None:
     rec = next(d for d in RUN.decisions if d.target_id is not None)
     table = ok("audit", "explain", rec.request_id, "--db", db)

@@ -95,6 +95,13 @@ def test_rollout_stages_follow_the_stage_options(tmp_path: Path) -> None:
     ]
 
 
+def test_policy_takes_the_arm_spelt_as_the_audit_database_spells_it(tmp_path: Path) -> None:
+    """`round_robin` (as `audit decisions --policy` and the database spell it) was refused."""
+    args = ("--trace", str(AZURE_FIXTURE), "--duration", "10")
+    report = simulate(tmp_path, *args, "--policy", "round_robin")
+    assert report["policy"] == "round-robin"
+
+
 def test_guarded_is_refused_clearly_or_reports_a_guard(tmp_path: Path) -> None:
     """Flips by itself when the guard is wired in: then the report needs its guard section."""
     out = tmp_path / "guarded.json"

@@ -91,8 +91,8 @@ def decisions_command(
     check_output(fmt, output)
     if not 0 <= limit <= LIMIT_MAX:
         fail(f"--limit: {limit} is not in 0..{LIMIT_MAX:,}; give a row count, or 0 for all")
-    if policy is not None and policy not in POLICY_ARMS:
-        fail(f"--policy: unknown arm {policy!r}; use one of {sorted(POLICY_ARMS)}")
+    if policy is not None:
+        policy = _policy_arm(policy)
     if mode is not None:
         mode = _mode_label(mode)
     start, end = _answer(lambda: parse_range(since, until, _now()))
@@ -113,6 +113,15 @@ def decisions_command(
         frame = frame[list(TABLE_DECISION_COLUMNS)]
     with writing(output):
         emit_frame(frame, fmt, output, f"decisions {span_title(start, end)}")
+
+
+def _policy_arm(arm: str) -> str:
+    """An arm as stored (`round_robin`), also spelt as `simulate --policy` takes it
+    (`round-robin`), or one line."""
+    stored = arm.replace("-", "_")
+    if stored not in POLICY_ARMS:
+        fail(f"--policy: unknown arm {arm!r}; use one of {sorted(POLICY_ARMS)}")
+    return stored
 
 
 def _mode_label(label: str) -> str:

@@ -53,6 +53,15 @@ class Policy(StrEnum):
     GUARDED = "guarded"
 
 
+def _policy(value: str) -> Policy:
+    """`round_robin` as well as `round-robin`: the audit database and `audit decisions
+    --policy` spell the arm with an underscore."""
+    try:
+        return Policy(str(value).replace("_", "-"))
+    except ValueError:
+        raise ValueError(f"{value!r} is not one of {', '.join(Policy)}") from None
+
+
 def _controller(
     policy: Policy, plan: RolloutPlan, fleet: Fleet, schedule: FaultSchedule, rate_scale: float
 ) -> SimObserver:
@@ -283,7 +292,9 @@ def simulate(
     trace: Path | None = path_option(None, "--trace", help="Trace file (default: Azure conv)."),
     trace_format: TraceFormat | None = typer.Option(None, "--trace-format"),
     faults: Path | None = path_option(None, "--faults", help="Fault scenario YAML."),
-    policy: Policy = typer.Option(Policy.LEARNED, "--policy"),
+    policy: Policy = typer.Option(
+        Policy.LEARNED, "--policy", parser=_policy, metavar=f"<{'|'.join(Policy)}>"
+    ),
     rate_scale: float = typer.Option(
         1.0, "--rate-scale", min=0.01, max=1000, help="Arrival speed-up."
     ),
