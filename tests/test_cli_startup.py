@@ -98,7 +98,7 @@ def test_every_subcommand_of_a_sub_app_is_reachable() -> None:
 def test_a_mistyped_command_is_answered_with_the_right_one() -> None:
     result = runner.invoke(app, ["statu"])
     assert result.exit_code == 2
-    assert "Did you mean 'status'?" in result.output
+    assert "did you mean 'status'?" in result.output
 
 
 def test_the_schema_revision_the_code_expects_is_the_newest_migration(tmp_path: Path) -> None:

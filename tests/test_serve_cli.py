@@ -131,7 +131,9 @@ def test_emulate_refuses_a_taken_or_impossible_port_in_one_line() -> None:
         "port (--port) or stop what listens there\n"
     )
     huge = CliRunner().invoke(app, ["emulate", "--card", "l40s", "--port", "99999"])
-    assert huge.exit_code == 2 and "less than or equal to 65535" in huge.stderr
+    assert huge.exit_code == 2 and huge.stderr == (
+        "error: --port: 99999 is not in the range 1<=x<=65535; see 'slaguard emulate --help'\n"
+    )
 
 
 def test_a_notifier_mistake_is_one_line_before_the_database_is_touched(tmp_path: Path) -> None:

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import typer
+from typer._click.exceptions import UsageError
 from typer.core import TyperCommand, TyperGroup
 
 from slaguard.cli.stdout import run_guarded
+from slaguard.cli.usage import fail_usage
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,19 @@ class LazyCommands(TyperGroup):
         if cmd_name not in self._loaded:
             self._loaded[cmd_name] = load_command(cmd_name, entry)
         return self._loaded[cmd_name]
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except UsageError as exc:
+            fail_usage(exc)
+
+    def invoke(self, ctx: Any) -> Any:
+        """Runs the command; a usage error in its command line is one `error:` line."""
+        try:
+            return super().invoke(ctx)
+        except UsageError as exc:
+            fail_usage(exc)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         self._listing = True

@@ -1,0 +1,73 @@
+"""Click's usage errors (a value out of range, an unknown choice or option, a missing
+argument) as one `error:` line, exit 2, like every other user mistake.
+
+Typer drew them as a usage line, a hint and a boxed message: three to six lines, in a
+form no other refusal of the command line takes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from typer._click.exceptions import (
+    BadParameter,
+    MissingParameter,
+    NoArgsIsHelpError,
+    NoSuchOption,
+    UsageError,
+)
+from typer._display import describe_number_range
+
+from slaguard.cli.errors import fail
+
+_RANGE_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal"})
+"""Pydantic's error types for a number outside an option's `min`/`max`."""
+
+
+def _what(param: Any) -> str:
+    """How the command line names a parameter: `--rate-scale`, `argument incident_id`."""
+    if param.param_type_name == "argument":
+        return f"argument {param.name}"
+    return str(param.opts[0])
+
+
+def _reason(exc: BadParameter, param: Any) -> str:
+    """What is wrong with the value, with the value: Typer's message names neither the
+    value nor, for a number, the whole range."""
+    cause: Any = exc.__cause__  # Typer's coercion raised it from pydantic's ValidationError
+    errors = cause.errors() if hasattr(cause, "errors") else []
+    if errors:
+        given = errors[0].get("input")
+        if errors[0].get("type") in _RANGE_ERRORS:
+            span = describe_number_range(param.min, param.max)  # as --help shows it
+            return f"{given} is not in the range {span}"
+        if errors[0].get("type") != "value_error":
+            return f"{given!r}: {_lower(exc.message)}"
+    return _lower(exc.message.removeprefix("Value error, "))
+
+
+def _lower(message: str) -> str:
+    return (message[:1].lower() + message[1:]).rstrip(".")
+
+
+def usage_line(exc: UsageError) -> str:
+    """`exc` as the text of one `error:` line, pointing at the command's help."""
+    if isinstance(exc, BadParameter) and not isinstance(exc, MissingParameter) and exc.param:
+        text = f"{_what(exc.param)}: {_reason(exc, exc.param)}"
+    else:
+        text = _lower(exc.format_message())
+    text = text.replace(". Did you mean", "; did you mean")  # a command's near names
+    if isinstance(exc, NoSuchOption) and exc.possibilities:
+        text = f"{exc.message}; did you mean {' or '.join(sorted(exc.possibilities))}?"
+        text = _lower(text)
+    if exc.ctx is not None:
+        text += " See" if text.endswith("?") else "; see"
+        text += f" '{exc.ctx.command_path} --help'"
+    return text
+
+
+def fail_usage(exc: UsageError) -> NoReturn:
+    """One line, exit 2; `slaguard audit` with no subcommand still prints its help."""
+    if isinstance(exc, NoArgsIsHelpError):
+        raise exc
+    fail(usage_line(exc))
