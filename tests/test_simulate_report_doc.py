@@ -15,7 +15,7 @@ from test_sim_guard import JITTER, guarded_run
 from test_traces import require_full
 from typer.testing import CliRunner
 
-from slaguard.cli.main import app
+from slaguard.cli.main import COMMANDS, app, load_command
 from slaguard.fleet import load_fleet
 from slaguard.sim.paths import AZURE_CONV_RELPATH, default_trace_path
 
@@ -76,3 +76,17 @@ def test_every_trip_key_is_documented() -> None:
         if row.startswith("| `"):
             documented |= {k.rstrip("[]{}") for k in re.findall(r"`([^`]+)`", row.split("|")[1])}
     assert set(trips[0]) == documented
+
+
+def test_the_usage_block_and_help_agree() -> None:
+    """The usage block listed `--trace-format azure|mooncake` (help: auto too), and
+    `--weight-update-s` had no help text."""
+    usage = DOC.split("```\n", 2)[1]
+    documented = dict(re.findall(r"\[(--[\w-]+)(?: ([^\]]*))?\]", usage))
+    command = load_command("simulate", COMMANDS["simulate"])
+    options = [p for p in command.params if p.param_type_name == "option"]
+    assert {p.opts[0] for p in options} == set(documented)
+    assert [p.opts[0] for p in options if not p.help] == []
+    wide = CliRunner().invoke(app, ["simulate", "--help"], env={"COLUMNS": "200"}).stdout
+    choices = dict(re.findall(r"(--[\w-]+) +<([^>]*\|[^>]*)>", wide))
+    assert choices == {k: v for k, v in documented.items() if "|" in v}

@@ -290,19 +290,33 @@ def _interrupted(
 def simulate(
     fleet_file: Path | None = FleetOption,
     trace: Path | None = path_option(None, "--trace", help="Trace file (default: Azure conv)."),
-    trace_format: TraceFormat | None = typer.Option(None, "--trace-format"),
+    trace_format: TraceFormat | None = typer.Option(
+        None, "--trace-format", help="Trace format (default: detected from the first line)."
+    ),
     faults: Path | None = path_option(None, "--faults", help="Fault scenario YAML."),
     policy: Policy = typer.Option(
-        Policy.LEARNED, "--policy", parser=_policy, metavar=f"<{'|'.join(Policy)}>"
+        Policy.LEARNED,
+        "--policy",
+        parser=_policy,
+        metavar=f"<{'|'.join(Policy)}>",
+        help="Fixed round-robin or learned routing, the rollout plan, or the guard on it.",
     ),
     rate_scale: float = typer.Option(
         1.0, "--rate-scale", min=0.01, max=1000, help="Arrival speed-up."
     ),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed for fault injection randomness."),
-    duration: float | None = typer.Option(None, "--duration", min=1, help="Trace seconds kept."),
-    baseline_s: float = typer.Option(300.0, "--baseline-s", min=0, help="Rollout baseline."),
-    stage_s: float = typer.Option(300.0, "--stage-s", min=1, help="Rollout stage length."),
-    weight_update_s: float = typer.Option(60.0, "--weight-update-s", min=1),
+    duration: float | None = typer.Option(
+        None, "--duration", min=1, help="Trace seconds kept (default: the whole trace)."
+    ),
+    baseline_s: float = typer.Option(
+        300.0, "--baseline-s", min=0, help="Round-robin baseline of the rollout plan (simulated s)."
+    ),
+    stage_s: float = typer.Option(
+        300.0, "--stage-s", min=1, help="Length of each rollout stage (simulated s)."
+    ),
+    weight_update_s: float = typer.Option(
+        60.0, "--weight-update-s", min=1, help="Simulated s between learned-weight updates."
+    ),
     report_json: Path | None = path_option(None, "--report-json", help="Write the report."),
     audit_db: str | None = db_option(
         None, "--audit-db", help="Record every decision and outcome in this audit DB URL."
