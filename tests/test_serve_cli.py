@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from slaguard.audit.engine import create_audit_engine
@@ -134,6 +135,24 @@ def test_emulate_refuses_a_taken_or_impossible_port_in_one_line() -> None:
     assert huge.exit_code == 2 and huge.stderr == (
         "error: --port: 99999 is not in the range 1<=x<=65535; see 'slaguard emulate --help'\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--card", "h900"], "--card: unknown card type 'h900'; use one of ['a100', "),
+        (["--card", "l40s", "--model", "gpt"], "--model: unknown model 'gpt'; use one of ["),
+        (
+            ["--card", "l40s", "--model", "llama3.1-70b"],
+            "--tp: model llama3.1-70b needs 143 GB for weights and buffers; 1 x l40s gives",
+        ),
+    ],
+)
+def test_emulate_names_the_flag_not_the_fleet_field(args: list[str], line: str) -> None:
+    """It said `--card/--model/--tp: targets[0].card: ... or add it under 'cards:'`."""
+    result = CliRunner().invoke(app, ["emulate", *args, "--port", "1"])
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: {line}")
+    assert "targets[0]" not in result.stderr and "under '" not in result.stderr
 
 
 def test_a_notifier_mistake_is_one_line_before_the_database_is_touched(tmp_path: Path) -> None:

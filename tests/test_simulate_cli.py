@@ -191,6 +191,16 @@ def test_bad_faults_file_is_one_line(tmp_path: Path, content: str, problem: str)
     assert str(path) in message and problem in message and "fix:" in message
 
 
+def test_a_missing_default_trace_names_the_data_dir_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It said only "file not found; fix: pass an existing trace file"."""
+    monkeypatch.setenv("SLAGUARD_DATA_DIR", str(tmp_path / "data"))
+    message = one_line_error()
+    assert f"$SLAGUARD_DATA_DIR is '{tmp_path / 'data'}'" in message
+    assert "fix: point SLAGUARD_DATA_DIR at the shared data directory" in message
+
+
 def test_missing_files_and_bad_options_are_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "nope.csv"
     assert "file not found" in one_line_error("--trace", str(missing))

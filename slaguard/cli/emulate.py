@@ -8,13 +8,16 @@ import uvicorn
 from slaguard.cli.errors import fail
 from slaguard.cli.listen import SERVER_SETTINGS, check_can_listen
 from slaguard.emulator.app import create_emulator_app
-from slaguard.fleet import FleetError, build_fleet
+from slaguard.fleet import FleetError, Target, build_fleet
+from slaguard.fleet.catalogue import builtin_cards, builtin_models
+
+_SOURCE = "emulate"
 
 
 def emulate(
     card: str = typer.Option(..., "--card", help="Card type, e.g. l40s, h100, ascend910b."),
     model: str = typer.Option("llama3.1-8b", "--model", help="Model id from the catalogue."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size."),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel size."),
     port: int = typer.Option(8000, "--port", min=1, max=65535, help="Listen port."),
     host: str = typer.Option("127.0.0.1", "--host", help="Listen address."),
     speedup: float = typer.Option(
@@ -24,13 +27,22 @@ def emulate(
     """Serve an OpenAI-compatible emulated replica with vLLM-style /metrics."""
     if not 0 < speedup <= 10_000:
         fail(f"--speedup: {speedup} is out of range; fix: use a value in (0, 10000]")
-    try:
-        fleet = build_fleet(
-            {"targets": [{"id": f"{card}-{model}", "model": model, "card": card, "tp": tp}]},
-            "--card/--model/--tp",
-        )
-    except FleetError as exc:
-        fail(str(exc))
+    target = _target(card, model, tp)
     check_can_listen(host, port, port_fix="--port", host_fix="--host")
-    app = create_emulator_app(fleet.targets[0], speedup=speedup)
+    app = create_emulator_app(target, speedup=speedup)
     uvicorn.run(app, host=host, port=port, log_level="warning", **SERVER_SETTINGS)
+
+
+def _target(card: str, model: str, tp: int) -> Target:
+    """The replica as a one-target fleet; a mistake names the flag, not the fleet file's
+    field (`targets[0].card`) nor its fix (`add it under 'cards:'`)."""
+    cards, models = builtin_cards(), builtin_models()
+    if card not in cards:
+        fail(f"--card: unknown card type {card!r}; use one of {sorted(cards)}")
+    if model not in models:
+        fail(f"--model: unknown model {model!r}; use one of {sorted(models)}")
+    spec = {"id": f"{card}-{model}", "model": model, "card": card, "tp": tp}
+    try:
+        return build_fleet({"targets": [spec]}, _SOURCE).targets[0]
+    except FleetError as exc:  # what is left is about the card's memory: --tp
+        fail(str(exc).replace(f"{_SOURCE}: targets[0].tp:", "--tp:", 1))
