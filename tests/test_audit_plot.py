@@ -16,6 +16,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
+from matplotlib.dates import date2num
 from matplotlib.figure import Figure
 from test_audit_cli import ok
 
@@ -57,7 +58,7 @@ def figure(short_run: str) -> Iterator[tuple[Figure, pd.DataFrame]]:
     timeline = service.incident_timeline(engine, 1, now=now)
     series = service.ttft_p99_series(engine, *timeline.window)
     engine.dispose()
-    fig = incident_figure(timeline, series)
+    fig = incident_figure(timeline, series, now)
     fig.canvas.draw()
     yield fig, series
     plt.close(fig)
@@ -96,3 +97,27 @@ def test_the_cli_writes_the_png(short_run: str, tmp_path: Path) -> None:
     png = tmp_path / "short.png"
     ok("audit", "incident", "1", "--db", short_run, "--plot", str(png))
     assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_nothing_is_drawn_past_now(short_run: str) -> None:
+    """Resolved at +100 s and plotted at +200 s: the window's 30 min after the resolution
+    are mostly future, where the last mode's band was painted anyway."""
+    engine = create_audit_engine(f"sqlite:///{short_run}")
+    now = datetime.fromtimestamp(START_S + 200, UTC)
+    timeline = service.incident_timeline(engine, 1, now=now)
+    series = service.ttft_p99_series(engine, *timeline.window)
+    engine.dispose()
+    assert timeline.window[1] > now
+    fig = incident_figure(timeline, series, now)
+    try:
+        right = float(date2num(now))
+        band = fig.axes[-1]
+        assert [ax.get_xlim()[1] for ax in fig.axes] == pytest.approx(
+            [right] * len(fig.axes), abs=1e-6
+        )
+        assert (
+            max(p.get_extents().x1 for p in band.patches)
+            <= band.transData.transform((right, 0))[0] + 0.5
+        )
+    finally:
+        plt.close(fig)

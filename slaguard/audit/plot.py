@@ -38,8 +38,10 @@ def _x(moment: datetime) -> float:
     return float(date2num(moment))  # type: ignore[no-untyped-call]
 
 
-def incident_figure(tl: IncidentTimeline, series: pd.DataFrame) -> Figure:
-    """The figure of `series` (bucket x target TTFT p99) around incident `tl`."""
+def incident_figure(tl: IncidentTimeline, series: pd.DataFrame, now: datetime) -> Figure:
+    """The figure of `series` (bucket x target TTFT p99) around incident `tl`, up to `now`
+    at most: a window reaching past it (30 min after a recent resolution) had the last
+    mode painted over a future no data or switch can be in."""
     changes = tl.mode_changes
     fig, axes = plt.subplots(
         2 if len(changes) else 1, 1, figsize=(12, 6), dpi=100, sharex=True, squeeze=False,
@@ -60,7 +62,7 @@ def incident_figure(tl: IncidentTimeline, series: pd.DataFrame) -> Figure:
     ax.axvspan(_x(during[0]), _x(during[1]), color="tab:red", alpha=0.08, label="incident")
     for at in changes["at"]:
         ax.axvline(_x(at), color="black", linestyle="--", linewidth=0.8)
-    start, end = tl.window
+    start, end = tl.window[0], min(tl.window[1], now)
     ax.set_xlim(_x(start), _x(end))
     ax.set_ylabel("TTFT p99 per minute (s)")
     ax.set_title(f"incident {tl.incident.id}: {tl.incident.record.subject}"[:110])
@@ -99,9 +101,9 @@ def _mode_band(ax: Axes, changes: pd.DataFrame, start: datetime, end: datetime) 
               title=f"fleet mode ({len(changes)} switches)")  # fmt: skip
 
 
-def plot_incident(tl: IncidentTimeline, series: pd.DataFrame, path: Path) -> None:
+def plot_incident(tl: IncidentTimeline, series: pd.DataFrame, path: Path, now: datetime) -> None:
     """Write a PNG of `series` (bucket x target TTFT p99) around incident `tl`."""
-    fig = incident_figure(tl, series)
+    fig = incident_figure(tl, series, now)
     try:
         fig.savefig(path, format="png")
     finally:

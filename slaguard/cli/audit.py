@@ -230,9 +230,10 @@ def incident_command(
     post = _answer(lambda: parse_duration(after, "--after"))
     capacity = service.fleet_capacity(load_or_fail(fleet_file))
     engine = open_audit_db(db)
+    now = _now()
     timeline = _answer(
         lambda: service.incident_timeline(
-            engine, incident_id, before=pre, after=post, now=_now(), capacity=capacity
+            engine, incident_id, before=pre, after=post, now=now, capacity=capacity
         )
     )
     _warn_targets_outside(timeline.per_target, capacity, fleet_file)
@@ -251,7 +252,7 @@ def incident_command(
         start, end = timeline.window
         series = _answer(lambda: service.ttft_p99_series(engine, start, end))
         with writing(plot, "--plot"):
-            plot_incident(timeline, series, plot)
+            plot_incident(timeline, series, plot, now)
         typer.echo(f"plot written to {plot}", err=True)
 
 
