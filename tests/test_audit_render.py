@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,18 @@ def test_request_ids_are_never_cut_in_the_decisions_table(hex_db: str) -> None:
     assert len(rows) == 20
     assert rows[0] == hex_id(0, 120) and all(r == hex_id(i) for i, r in enumerate(rows) if i)
     assert f"decision {rows[1]}" in ok("audit", "explain", rows[1], "--db", hex_db)
+
+
+def test_incident_times_subject_and_thread_are_never_cut(hex_db: str) -> None:
+    """Off a terminal the table cut `opened_at` to `2026-11-30T16:…` and its subject."""
+    table = ok("incidents", "--db", hex_db)
+    row = next(line for line in table.splitlines() if line.startswith("│"))
+    cells = [cell.strip() for cell in row.split("│")[1:-1]]
+    stored = synthetic_run(20, start_s=START_S, duration_s=600.0, seed=5).incident
+    opened = datetime.fromtimestamp(stored.opened_at_s, UTC)
+    assert cells[1] == opened.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    assert cells[2].startswith("2026-") and len(cells[2]) == len(cells[1])
+    assert cells[5] == stored.subject and cells[-1] == stored.slack_ts
 
 
 def test_a_table_without_request_ids_keeps_its_width(hex_db: str) -> None:

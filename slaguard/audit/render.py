@@ -50,9 +50,14 @@ def plain(value: Any) -> Text:
     return inert(_shown(value))
 
 
-WHOLE_COLUMNS = frozenset({"request_id"})
-"""Never wrapped nor cut: a request id is pasted into `audit explain` (a 48-hex id was
-shown as `c42b9dcfc4c54b59985c00000000…`)."""
+WHOLE_COLUMNS = frozenset({"request_id", "subject", "slack_ts"})
+"""Never wrapped nor cut, nor is a time: a request id is pasted into `audit explain` (a
+48-hex id was shown as `c42b9dcfc4c54b59985c00000000…`), an incident's subject and Slack
+thread are looked up, its times were cut to `2026-11-30T16:…`."""
+
+
+def _whole(frame: pd.DataFrame, name: str) -> bool:
+    return name in WHOLE_COLUMNS or pd.api.types.is_datetime64_any_dtype(frame[name].dtype)
 
 
 def frame_table(frame: pd.DataFrame, title: str) -> Table:
@@ -61,7 +66,7 @@ def frame_table(frame: pd.DataFrame, title: str) -> Table:
     for name in frame.columns:
         numeric = pd.api.types.is_numeric_dtype(frame[name].dtype)
         table.add_column(
-            plain(name), justify="right" if numeric else "left", no_wrap=name in WHOLE_COLUMNS
+            plain(name), justify="right" if numeric else "left", no_wrap=_whole(frame, name)
         )
     for row in frame.itertuples(index=False):
         table.add_row(*(plain(v) for v in row))
@@ -80,6 +85,12 @@ def _print_table(table: Table) -> None:
         # measured unbounded: within the console's width rich reports the shrunk layout
         unbounded = console.options.update_width(1_000_000)
         need = Measurement.get(console, unbounded, table).minimum
+        # rich's minimum of a column is its longest word, unwrapped or not: a subject
+        # with spaces counted as one word, and the columns after it were cut to fit
+        for column in table.columns:
+            if column.no_wrap:
+                cells = [Measurement.get(console, unbounded, c) for c in column.cells]
+                need += max((m.maximum - m.minimum for m in cells), default=0)
         if need > console.width:
             console = Console(width=need, soft_wrap=False)
     console.print(table)
