@@ -82,6 +82,13 @@ def test_decisions_in_every_format(db: str, tmp_path: Path) -> None:
     )
 
 
+def test_one_is_counted_in_the_singular(db: str) -> None:
+    """`note: the first 1 decisions`, headed `(1 rows)`."""
+    one = runner.invoke(app, ["audit", "decisions", "--db", db, *WINDOW, "--limit", "1"])
+    assert one.exit_code == 0 and "UTC (1 row) " in one.stdout
+    assert one.stderr == "note: the first decision; --limit 0 for all of them\n"
+
+
 def test_policy_takes_the_arm_spelt_as_simulate_spells_it(db: str) -> None:
     """`round-robin` (as `simulate --policy` spells it) was refused as an unknown arm."""
     args = ("audit", "decisions", "--db", db, *WINDOW, "-f", "csv", "--limit", "0")

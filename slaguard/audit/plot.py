@@ -25,6 +25,7 @@ from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from slaguard.audit.render import counted
 from slaguard.audit.service import IncidentTimeline
 
 HIGHLIGHTED_TARGETS = 6
@@ -98,7 +99,7 @@ def _mode_band(ax: Axes, changes: pd.DataFrame, start: datetime, end: datetime) 
     handles = [Patch(color=c, label=m) for m, c in colours.items()]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.5), fontsize=7,
               ncol=math.ceil(len(handles) / 6), frameon=False, title_fontsize=7,
-              title=f"fleet mode ({len(changes)} switches)")  # fmt: skip
+              title=f"fleet mode ({counted(len(changes), 'switch', 'switches')})")  # fmt: skip
 
 
 def plot_incident(tl: IncidentTimeline, series: pd.DataFrame, path: Path, now: datetime) -> None:

@@ -45,6 +45,11 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """`1 row`, `2 rows`: "(1 rows)" headed a one-row table."""
+    return f"{n} {one}" if n == 1 else f"{n} {many or one + 's'}"
+
+
 def plain(value: Any) -> Text:
     """A value as terminal text: compact, no markup, control characters written out."""
     return inert(_shown(value))
@@ -145,7 +150,7 @@ def _write_single(frame: pd.DataFrame, fmt: OutputFormat, output: Path | None) -
 def emit_frame(frame: pd.DataFrame, fmt: OutputFormat, output: Path | None, title: str) -> None:
     """One table in the requested format (stdout unless `output`)."""
     if fmt is OutputFormat.TABLE:
-        _print_table(frame_table(frame, f"{title} ({len(frame)} rows)"))
+        _print_table(frame_table(frame, f"{title} ({counted(len(frame), 'row')})"))
         return
     _write_single(frame, fmt, output)
 

@@ -106,7 +106,8 @@ def decisions_command(
     )  # fmt: skip
     if limit and len(frame) > limit:
         frame = frame.iloc[:limit]
-        typer.echo(f"note: the first {limit} decisions; --limit 0 for all of them", err=True)
+        first = "the first decision" if limit == 1 else f"the first {limit} decisions"
+        typer.echo(f"note: {first}; --limit 0 for all of them", err=True)
     if frame.empty:
         _note_unknown_ids(engine, start, end, target, model)
     if fmt is OutputFormat.TABLE:
