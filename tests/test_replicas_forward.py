@@ -21,6 +21,7 @@ from slaguard.guard.config import GuardConfig
 from slaguard.guard.forward import (
     MAX_AGE_S,
     MAX_BATCH_BYTES,
+    Arrival,
     SpoolDir,
     decode_batch,
     encode_batches,
@@ -58,14 +59,16 @@ def test_batches_stay_under_the_notify_limit_and_round_trip() -> None:
     firsts = [
         FirstToken(999.0 + i / 1000, f"target-{i % 7}", "l40s", MODEL, 0.25, 40) for i in range(300)
     ]
-    arrivals = [(1000.0 + i / 1000, None if i % 4 == 0 else f"{i:016x}") for i in range(2500)]
+    arrivals: list[Arrival] = [
+        (1000.0 + i / 1000, None if i % 4 == 0 else f"{i:016x}", None) for i in range(2500)
+    ]
     batches = list(encode_batches("replica-b", 1001.5, samples + firsts, arrivals))
     sizes = [len(b.encode()) for b in batches]
     assert max(sizes) <= MAX_BATCH_BYTES and min(sizes[:-1]) > MAX_BATCH_BYTES - 200  # full
     # compact: < 130 bytes a sample, 80 a first token, 32 an arrival
     assert sum(sizes) < 1500 * 130 + 300 * 80 + 2500 * 32
     got_samples: list[GuardSample | FirstToken] = []
-    got_arrivals: list[tuple[float, str | None]] = []
+    got_arrivals: list[Arrival] = []
     for text in batches:
         json.loads(text)
         s, a = decode_batch(text, 1002.0, "replica-a")
@@ -202,9 +205,10 @@ def _leader_of_2026_11_29_evening(text: str) -> tuple[int, int, int]:
         rows = [tuple(row) for row in body["s"]]
         for row in rows:
             _at, _t, _c, _m, _met, _d, _ttft, _arm, _v, _dep, _p, _tokens = row
+        arrivals = [(float(at), p) for at, p in body["a"]]
     except ValueError:
         return 0, 0, 0
-    return len(rows), sum(row[6] is not None for row in rows), len(body["a"])
+    return len(rows), sum(row[6] is not None for row in rows), len(arrivals)
 
 
 def test_an_earlier_leader_reads_every_sample_and_counts_each_ttft_once() -> None:
@@ -217,7 +221,9 @@ def test_an_earlier_leader_reads_every_sample_and_counts_each_ttft_once() -> Non
         for i in range(400)
     ]
     firsts = [FirstToken(999.0 + i, f"t{i % 3}", "h100", MODEL, 0.2, 40) for i in range(1, 400, 2)]
-    arrivals = [(1000.0 + i, None) for i in range(300)]
+    arrivals: list[Arrival] = [
+        (1000.0 + i, None, ("h100", MODEL, 300 + i) if i % 3 else None) for i in range(300)
+    ]
     batches = list(encode_batches("new", 1001.0, samples + firsts, arrivals, max_bytes=2000))
     assert len(batches) > 10
     read = [_leader_of_2026_11_29_evening(text) for text in batches]
@@ -226,6 +232,23 @@ def test_an_earlier_leader_reads_every_sample_and_counts_each_ttft_once() -> Non
     got = [s for text in batches for s in decode_batch(text, 1002.0, "old")[0]]
     assert [s for s in got if isinstance(s, GuardSample)] == samples  # flags kept
     assert [s for s in got if isinstance(s, FirstToken)] == firsts
+    assert [a for text in batches for a in decode_batch(text, 1002.0, "old")[1]] == arrivals
+
+
+def test_handed_work_rides_beside_the_arrivals_and_old_batches_still_read() -> None:
+    """The handed work (card type, model, prompt tokens) of each routed arrival goes in its
+    own list `h` (index in `a`), so an earlier leader reads `a` as before; a batch without
+    `h` (a replica of an earlier version) gives arrivals without handed work."""
+    arrivals: list[Arrival] = [
+        (1000.0 + i / 100, f"p{i}" if i % 2 else None, ("l40s", MODEL, 40 + i) if i % 5 else None)
+        for i in range(700)
+    ]
+    batches = list(encode_batches("new", 1010.0, [], arrivals, max_bytes=1500))
+    assert len(batches) > 5
+    assert all(len(json.loads(text)["a"][0]) == 2 for text in batches)
+    assert [a for text in batches for a in decode_batch(text, 1011.0, "other")[1]] == arrivals
+    old = '{"r":"old","at":1000.0,"s":[],"f":[],"a":[[999.5,"p"],[999.6,null]]}'
+    assert decode_batch(old, 1001.0, "new")[1] == [(999.5, "p", None), (999.6, None, None)]
 
 
 def test_a_batch_with_13_field_samples_still_reads() -> None:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from slaguard.guard.samples import FirstToken, GuardSample
+from slaguard.guard.samples import FirstToken, GuardSample, Handed
 from slaguard.scheduler.rollout import Arm
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,8 @@ MAX_BATCH_BYTES = 7900
 MAX_AGE_S = 10.0
 """A forwarded batch older than this when the leader reads it is dropped."""
 
-Arrival = tuple[float, str | None]
+Arrival = tuple[float, str | None, Handed | None]
+"""An arrival's time, prefix and handed work (`Guard.observe_arrival`)."""
 
 
 def _sample_row(s: GuardSample) -> list[object]:
@@ -87,12 +88,14 @@ def _first(row: list[object]) -> FirstToken:
     )
 
 
-_KEYS = ("s", "o", "f", "a")
+_KEYS = ("s", "o", "f", "a", "h")
 """Batch lists: finished requests (12 columns: what every version reads), the indices in
-`s` of those whose TTFT came as a first token already, first tokens, arrivals. A leader
+`s` of those whose TTFT came as a first token already, first tokens, arrivals (time,
+prefix: 2 columns, what every version reads), and the handed work of arrivals routed to a
+target (index in `a`, card type, model, prompt tokens; since 2026-11-30 evening). A leader
 of an earlier version reads `s` and `a` and ignores the rest, so it counts each TTFT once,
 from `s`; a 13th column (`ttft_observed`, written from 2026-11-29 21:52 to 2026-11-30 09:00,
-still read) made it drop whole batches."""
+still read) made it drop whole batches, and so would a 3rd column in `a`."""
 
 
 def encode_batches(
@@ -107,29 +110,41 @@ def encode_batches(
     head = json.dumps({"r": replica_id, "at": at_s}, separators=(",", ":"))[:-1]
     empty = len(_batch(head, {k: [] for k in _KEYS}).encode())
     rows: dict[str, list[str]] = {k: [] for k in _KEYS}
-    items: list[tuple[str, list[object], bool]] = [
+    items: list[tuple[str, list[object], bool | Handed | None]] = [
         ("f", _first_row(s), False)
         if isinstance(s, FirstToken)
         else ("s", _sample_row(s), s.ttft_observed)
         for s in samples
     ]
-    items += [("a", [round(at, 4), prefix], False) for at, prefix in arrivals]
+    items += [("a", [round(at, 4), prefix], handed) for at, prefix, handed in arrivals]
     size = empty
-    for key, row, observed in items:
+    for key, row, extra in items:
         text = json.dumps(row, separators=(",", ":"))
-        index = str(len(rows["s"]))
-        cost = len(text.encode()) + 1 + (len(index) + 1 if observed else 0)
+        index = len(rows[key])
+        tag = _tag(key, index, extra)
+        cost = len(text.encode()) + 1 + (len(tag) + 1 if tag else 0)
         if size + cost > max_bytes and any(rows.values()):
             yield _batch(head, rows)
             rows = {k: [] for k in _KEYS}
             size = empty
-            index = "0"
-        if observed:
-            rows["o"].append(index)
+            tag = _tag(key, 0, extra)
+        if tag:
+            rows["o" if key == "s" else "h"].append(tag)
         rows[key].append(text)
         size += cost
     if any(rows.values()):
         yield _batch(head, rows)
+
+
+def _tag(key: str, index: int, extra: bool | Handed | None) -> str:
+    """What a row adds beside it: a finished request's index in `o` (its TTFT came as a
+    first token), an arrival's handed work in `h`; "" for nothing."""
+    if key == "s" and extra is True:
+        return str(index)
+    if key == "a" and isinstance(extra, tuple):
+        card, model, tokens = extra
+        return json.dumps([index, card, model, tokens], separators=(",", ":"))
+    return ""
 
 
 def _batch(head: str, rows: dict[str, list[str]]) -> str:
@@ -142,7 +157,8 @@ def decode_batch(
 ) -> tuple[list[GuardSample | FirstToken], list[Arrival]]:
     """One batch's samples (first tokens among them) and arrivals; nothing when it is
     ours, too old or unreadable. A batch without first tokens (`f`) is an older
-    replica's: its samples carry their TTFT."""
+    replica's: its samples carry their TTFT; one without handed work (`h`) too: its
+    arrivals count for the hot-spot detector alone."""
     try:
         body = json.loads(text)
         if body["r"] == own_id or now_s - float(body["at"]) > MAX_AGE_S:
@@ -152,7 +168,14 @@ def decode_batch(
             _sample(row, i in observed) for i, row in enumerate(body["s"])
         ]
         samples += [_first(row) for row in body.get("f", ())]
-        arrivals = [(float(at), None if p is None else str(p)) for at, p in body["a"]]
+        handed: dict[int, Handed] = {
+            int(i): (str(card), str(model), int(tokens))
+            for i, card, model, tokens in body.get("h", ())
+        }
+        arrivals: list[Arrival] = [
+            (float(at), None if p is None else str(p), handed.get(i))
+            for i, (at, p) in enumerate(body["a"])
+        ]
     except (ValueError, KeyError, TypeError, AttributeError):
         log.warning("unreadable forwarded guard samples ignored")
         return [], []

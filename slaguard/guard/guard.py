@@ -38,7 +38,7 @@ from slaguard.guard.hot_spot import HotSpotDetector
 from slaguard.guard.incidents import IncidentTracker
 from slaguard.guard.modes import ModeState, TransitionResult
 from slaguard.guard.rollout_compare import RolloutCompareDetector
-from slaguard.guard.samples import FirstToken, GuardSample
+from slaguard.guard.samples import FirstToken, GuardSample, Handed
 from slaguard.guard.ttft_zscore import TtftZscoreDetector
 from slaguard.guard.verdicts import Action, DetectorReport, Status, Verdict
 from slaguard.scheduler.rollout import ModeKind, RolloutPlan
@@ -108,10 +108,20 @@ class Guard:
         for detector in self.detectors:
             detector.observe(sample)
 
-    def observe_arrival(self, at_s: float, prefix_id: str | None) -> None:
+    def observe_arrival(
+        self,
+        at_s: float,
+        prefix_id: str | None,
+        handed: Handed | None = None,
+    ) -> None:
         """One request arriving (routed), for the hot-spot detector: a flood is counted as it
-        arrives, not as it finishes (then finished requests no longer count there)."""
+        arrives, not as it finishes (then finished requests no longer count there).
+        `handed`: the chosen target's (card type, model) and the request's prompt tokens
+        (None when no target took it or the prompt length is unknown), the work handed to
+        that card tier for the TTFT tier test's load excuse."""
         self.hot_spot.observe_arrival(at_s, prefix_id)
+        if handed is not None:
+            self.ttft.observe_handed(at_s, *handed)
 
     def jitter_zscores(self) -> dict[str, float]:
         """Per-target TTFT Z-scores for the router's jitter term (thin targets absent)."""

@@ -5,7 +5,7 @@ on its own.
 | call | caller | period | what |
 |---|---|---|---|
 | `current()`, `state()`, `router`, `reports` | router, metrics | every decision | no I/O |
-| `observe_arrival(at_s, prefix)` | routing decision | per request | queue only (local feed) |
+| `observe_arrival(at_s, prefix, handed)` | routing | per request | queue only (local feed) |
 | `observe(sample)` | request path | per finished request | queue only (local feed) |
 | `sync(now_s)` | mode sync job | 500 ms | leadership; newer mode; router inputs; samples out |
 | `evaluate(now_s)` | detector job | 1 s | leader: feed (own + forwarded), evaluate, store events |
@@ -37,7 +37,7 @@ from slaguard.guard.breaker import BreakerPhase, BreakerState
 from slaguard.guard.config import GuardConfig
 from slaguard.guard.events import GuardEvent, ModeChangedEvent
 from slaguard.guard.feed import AuditSampleFeed
-from slaguard.guard.forward import decode_batch, encode_batches
+from slaguard.guard.forward import Arrival, decode_batch, encode_batches
 from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore, QueuedMessage
 from slaguard.guard.leader import LeaderLease
@@ -46,7 +46,7 @@ from slaguard.guard.modes import NOT_LOADED, ModeState, ModeTransition, Transiti
 from slaguard.guard.persist import EventPersister
 from slaguard.guard.replica_stats import ReplicaStats, SyncReport
 from slaguard.guard.router_inputs import INHERIT_MAX_AGE_S, RouterInputs
-from slaguard.guard.samples import FirstToken, GuardSample
+from slaguard.guard.samples import FirstToken, GuardSample, Handed
 from slaguard.guard.store import FleetStateMissingError, GuardStore
 from slaguard.guard.verdicts import DetectorReport, Verdict
 from slaguard.notify.base import DeliveryResult, Notifier
@@ -94,7 +94,7 @@ class GuardReplica:
         """The leader's last evaluation, one report per detector (empty on other replicas)."""
         self._lock = threading.RLock()
         self._local: deque[GuardSample | FirstToken] = deque(maxlen=LOCAL_QUEUE_MAX)
-        self._arrivals: deque[tuple[float, str | None]] = deque(maxlen=LOCAL_QUEUE_MAX)
+        self._arrivals: deque[Arrival] = deque(maxlen=LOCAL_QUEUE_MAX)
         self._unsaved: tuple[ModeTransition, int | None] | None = None
         self._paused_until_s = float("-inf")
         self._leading = False
@@ -120,13 +120,16 @@ class GuardReplica:
         if self.feed is None:
             self._local.append(sample)
 
-    def observe_arrival(self, at_s: float, prefix_id: str | None) -> None:
+    def observe_arrival(
+        self, at_s: float, prefix_id: str | None, handed: Handed | None = None
+    ) -> None:
         """Queue one routed request's arrival for the hot-spot detector, which then counts
-        a flood as it arrives instead of as it finishes (a latency later). Ignored with an
-        audit feed: the feed brings every replica's completions, and arrivals seen by this
-        replica alone would replace them there."""
+        a flood as it arrives instead of as it finishes (a latency later), and its handed
+        work (`Guard.observe_arrival`) for the tier test. Ignored with an audit feed: the
+        feed brings every replica's completions, and arrivals seen by this replica alone
+        would replace them there."""
         if self.feed is None:
-            self._arrivals.append((at_s, prefix_id))
+            self._arrivals.append((at_s, prefix_id, handed))
 
     # -- the loops ------------------------------------------------------------------------
 
@@ -173,7 +176,7 @@ class GuardReplica:
         if self.guard.state.version < 0 or not self._leading:
             return []
         samples: list[GuardSample | FirstToken] = []
-        arrivals: list[tuple[float, str | None]] = []
+        arrivals: list[Arrival] = []
         for text in self.lease.take_forwarded():
             got, came = decode_batch(text, now_s, self.replica_id)
             samples += got
@@ -192,8 +195,8 @@ class GuardReplica:
                 self.guard.observe_arrival(*self._arrivals.popleft())
             while self._local:
                 self.guard.observe(self._local.popleft())
-            for at_s, prefix_id in arrivals:
-                self.guard.observe_arrival(at_s, prefix_id)
+            for arrival in arrivals:
+                self.guard.observe_arrival(*arrival)
             for sample in samples:
                 self.guard.observe(sample)
             self.stats.evaluations += 1
@@ -319,8 +322,8 @@ class GuardReplica:
             arrivals = list(self._arrivals)
             self._local.clear()
             self._arrivals.clear()
-            for at_s, prefix_id in arrivals:
-                self.guard.observe_arrival(at_s, prefix_id)
+            for arrival in arrivals:
+                self.guard.observe_arrival(*arrival)
             for sample in samples:
                 self.guard.observe(sample)
         if samples or arrivals:

@@ -70,6 +70,11 @@ class FirstToken:
     prompt_tokens: int | None = None
 
 
+Handed = tuple[str, str, int]
+"""A routed request's chosen target's card type and model, and the request's prompt tokens:
+the work handed to that card tier at the routing decision (`Guard.observe_arrival`)."""
+
+
 def prefix_identity(prefix_blocks: tuple[int, ...], prompt_hash: str | None = None) -> str | None:
     """Identity of the whole prefix: all block ids, never the first block alone.
 

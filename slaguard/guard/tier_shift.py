@@ -28,15 +28,24 @@ new TTFTs side by side and widens the short window's spread exactly when it shou
 
 Like load with like, when the samples carry prompt lengths: the statistic is TTFT per
 prompt token (`tier_statistic`), and a tier is excused while it is *loaded*: the prompt
-tokens it served over the window reached `tier_max_load_ratio` times its usual rate (a
-slow EWMA of that rate). A learned router hands its fastest cards the long prompts and
-the bursts, and their TTFT then rises with the work; a slow card serves the same or less
-work (the router moves load away from it). The excuse lasts a window after the last such
-reading (a backlog takes that long to drain) and ends as soon as the served work is back
-below the usual rate. The served work is counted with each TTFT (at the first token
-where first tokens are fed: the prefill is done), not the requests in flight: by
-Little's law a slower card holds more requests in flight at the same arrival rate, so an
-in-flight count would excuse the very slowdown it should expose.
+tokens served by it over the window reached `tier_max_load_ratio` times their usual rate
+(a slow EWMA of it), or those handed to it (at the routing decision, where a driver
+feeds them) did while it still served at least 1 / `tier_max_load_ratio` of its usual
+work. A learned router hands its fastest cards the long prompts and the bursts, and
+their TTFT then rises with the work; a surge raises the handed work at once, even on a
+saturated tier that cannot serve more (it serves about its usual work: its capacity); a
+slow card is handed the same or less work (round-robin; the learned router moves load
+away from it) and serves the same or less.
+The excuse lasts a window after the last such reading (a backlog takes that long to
+drain) and ends as soon as the handed and the served work are back below their usual
+rate, unless the tier is working off the load's queue: answering, late, requests handed
+to it during the excuse (`queued_load`) while serving at least 1 / `tier_max_load_ratio`
+of what it is handed now (a queue worked down; a slowed tier under unchanged load serves
+far less than it is handed, its queue grows). Then it stays loaded.
+The served work is counted with each TTFT (at the first token where first tokens are
+fed: the prefill is done), not the requests in flight: by Little's law a slower card
+holds more requests in flight at the same arrival rate, so an in-flight count would
+excuse the very slowdown it should expose.
 """
 
 from __future__ import annotations
@@ -57,6 +66,44 @@ _FLEET = "*"
 _MEDIAN_SE = 1.2533
 
 
+class WorkRate:
+    """Prompt tokens per second per tier over the tier window, against the tier's usual
+    rate (a slow EWMA of it, frozen while the tier is tripped)."""
+
+    def __init__(self, config: TtftZscoreConfig) -> None:
+        self.config = config
+        self._sum = SlidingSum(config.slice_s, config.tier_slice_count)
+        self._since: dict[tuple[str, str], float] = {}
+        self._baselines: dict[tuple[str, str], LogBaseline] = {}
+
+    def add(self, tier: tuple[str, str], at_s: float, prompt_tokens: int) -> None:
+        self._sum.add(_key(tier), at_s, float(prompt_tokens))
+        self._since.setdefault(tier, at_s)
+
+    def reset(self) -> None:
+        self._since = {}
+        self._baselines = {}
+
+    def ratio(self, tier: tuple[str, str], now_s: float, frozen: bool) -> float | None:
+        """The window's rate against the usual one; None while the rate is unknown (no
+        prompt lengths fed) or its baseline younger than a window. Each call folds the
+        window's rate into the baseline (once per evaluation)."""
+        since = self._since.get(tier)
+        c = self.config
+        if since is None or now_s - since < c.tier_window_s:
+            return None
+        rate = self._sum.total(_key(tier), now_s) / c.tier_window_s
+        if rate <= 0:
+            return None
+        baseline = self._baselines.get(tier)
+        if baseline is None:
+            baseline = LogBaseline(c.baseline_tau_s, c.baseline_max_freeze_s)
+            self._baselines[tier] = baseline
+        ratio = baseline.ratio(rate) if baseline.age_s(now_s) >= c.tier_window_s else None
+        baseline.update(now_s, rate, anomalous=frozen)
+        return ratio
+
+
 class TierShift:
     """Short-window median of baseline-normalised TTFT per (card type, model) vs the rest."""
 
@@ -69,10 +116,14 @@ class TierShift:
         )
         self._members: dict[tuple[str, str], set[str]] = {}
         self._tripped: set[tuple[str, str]] = set()
-        self._work = SlidingSum(c.slice_s, c.tier_slice_count)
-        self._work_since: dict[tuple[str, str], float] = {}
-        self._work_baselines: dict[tuple[str, str], LogBaseline] = {}
+        self._served = WorkRate(c)
+        self._handed = WorkRate(c)
         self._loaded_until: dict[tuple[str, str], float] = {}
+        self._queued_at: dict[tuple[str, str], float] = {}
+        """The last first token of a request handed to the tier while it was loaded that
+        waited at least a slice of the tier window for it: the load's queue."""
+        self._load_ends: dict[tuple[str, str], float] = {}
+        """The end of the tier's last load excuse by its readings, drained or not."""
         self.own_spreads: dict[tuple[str, str], float] = {}
         """Each judged tier's own log spread at the last evaluation (before any cap)."""
 
@@ -83,48 +134,51 @@ class TierShift:
         at_s: float,
         ratio: float | None,
         prompt_tokens: int | None,
+        queued: bool = False,
     ) -> None:
         """Fold in one baseline-normalised statistic (None while its target's baseline is
         young: the target still joins its tier); the prompt tokens (when known) count as
         the tier's served work."""
         if prompt_tokens is not None:
-            self._work.add(_key(tier), at_s, float(prompt_tokens))
-            self._work_since.setdefault(tier, at_s)
+            self._served.add(tier, at_s, prompt_tokens)
+        if queued:
+            self._queued_at[tier] = max(at_s, self._queued_at.get(tier, -math.inf))
         self._members.setdefault(tier, set()).add(target_id)
         if ratio is not None:
             self._hist.add(_key(tier), at_s, ratio)
             self._hist.add(_key((_FLEET, tier[1])), at_s, ratio)
             self._hist.add(_FLEET, at_s, ratio)
 
+    def add_handed(self, tier: tuple[str, str], at_s: float, prompt_tokens: int) -> None:
+        """Count one request's prompt tokens as work handed to `tier` (at its routing)."""
+        self._handed.add(tier, at_s, prompt_tokens)
+
     def tripped(self, tier: tuple[str, str]) -> bool:
         """Whether the last evaluation found `tier` shifted."""
         return tier in self._tripped
 
     def reset(self) -> None:
-        """Forget trips and served-work history (the routing policy changed)."""
+        """Forget trips and work history (the routing policy changed)."""
         self._tripped = set()
-        self._work_since = {}
-        self._work_baselines = {}
+        self._served.reset()
+        self._handed.reset()
         self._loaded_until = {}
+        self._queued_at = {}
+        self._load_ends = {}
 
-    def _load_ratio(self, tier: tuple[str, str], now_s: float) -> float | None:
-        """The prompt tokens the tier served over the window against its usual rate (a slow
-        EWMA of that rate, frozen while the tier is tripped); None while the rate is
-        unknown (no prompt lengths fed) or younger than two windows."""
-        since = self._work_since.get(tier)
-        c = self.config
-        if since is None or now_s - since < c.tier_window_s:
-            return None
-        rate = self._work.total(_key(tier), now_s) / c.tier_window_s
-        if rate <= 0:
-            return None
-        baseline = self._work_baselines.get(tier)
-        if baseline is None:
-            baseline = LogBaseline(c.baseline_tau_s, c.baseline_max_freeze_s)
-            self._work_baselines[tier] = baseline
-        ratio = baseline.ratio(rate) if baseline.age_s(now_s) >= c.tier_window_s else None
-        baseline.update(now_s, rate, anomalous=tier in self._tripped)
-        return ratio
+    def queued_load(self, tier: tuple[str, str], at_s: float, arrived_s: float) -> bool:
+        """Whether a first token at `at_s` answers the load's queue: a request handed to
+        the tier within its last load excuse (up to its drain) that waited at least a
+        slice for it."""
+        return at_s - arrived_s >= self.config.slice_s and arrived_s < self._load_ends.get(
+            tier, -math.inf
+        )
+
+    def _answering_queue(self, tier: tuple[str, str], now_s: float) -> bool:
+        """Whether, within the last slice, the tier answered a request it was handed while
+        loaded after that request waited at least a slice: the load's queue is not worked
+        off yet."""
+        return now_s - self._queued_at.get(tier, -math.inf) <= self.config.slice_s
 
     def _log_quantile(self, counts: np.ndarray, q: float) -> float:
         return math.log(self._hist.quantile_of(counts, q))
@@ -168,7 +222,9 @@ class TierShift:
             se = _MEDIAN_SE * math.sqrt(tier_sigma**2 / n_mine + sigma**2 / n_rest)
             ratio, own, z = math.exp(m_tier - m_rest), math.exp(m_tier), (m_tier - m_rest) / se
             z_own = m_tier / (_MEDIAN_SE * own_sigma / math.sqrt(n_mine))
-            load = self._load_ratio(tier, now_s)
+            frozen = tier in self._tripped
+            load = self._served.ratio(tier, now_s, frozen)
+            handed = self._handed.ratio(tier, now_s, frozen)
             tiers[_key(tier)] = {
                 "card_type": tier[0],
                 "model": tier[1],
@@ -184,13 +240,27 @@ class TierShift:
                 "samples": n_mine,
                 "rest_samples": n_rest,
                 "load_ratio_to_baseline": None if load is None else round(load, 4),
+                "handed_ratio_to_baseline": None if handed is None else round(handed, 4),
             }
-            if load is not None and load >= c.tier_max_load_ratio:
-                self._loaded_until[tier] = now_s + c.tier_window_s
-            elif load is not None and load < 1.0:
-                self._loaded_until.pop(tier, None)  # served work back below usual: drained
-            loaded = now_s < self._loaded_until.get(tier, -math.inf)
-            tiers[_key(tier)]["loaded"] = loaded
+            working_off = self._answering_queue(tier, now_s) and (
+                load is not None and (handed is None or load * c.tier_max_load_ratio >= handed)
+            )
+            known = [r for r in (load, handed) if r is not None]
+            if load is not None and (
+                load >= c.tier_max_load_ratio
+                or (
+                    handed is not None
+                    and handed >= c.tier_max_load_ratio
+                    and load * c.tier_max_load_ratio >= 1.0
+                )
+            ):
+                self._loaded_until[tier] = self._load_ends[tier] = now_s + c.tier_window_s
+            elif known and max(known) < 1.0 and not working_off and tier in self._loaded_until:
+                # work back below usual, no queue of the load worked off: drained
+                del self._loaded_until[tier]
+                self._load_ends[tier] = now_s
+            loaded = now_s < self._loaded_until.get(tier, -math.inf) or working_off
+            tiers[_key(tier)] |= {"loaded": loaded, "working_off_queue": working_off}
             shifted = min(ratio, own) >= c.tier_min_ratio and min(z, z_own) >= c.tier_z_threshold
             if shifted and not loaded:
                 tripped.add(tier)
@@ -249,9 +319,12 @@ class TierTest:
         at_s: float,
         ttft_s: float,
         prompt_tokens: int | None = None,
+        arrived_s: float | None = None,
     ) -> None:
         """Normalise one TTFT statistic (see `tier_statistic`) by its target's baseline and
-        hand it to every window."""
+        hand it to every window. `arrived_s`: when the request was handed to its target
+        (a window's load excuse holds while the tier answers, late, requests handed to
+        it during that excuse: `TierShift.queued_load`)."""
         c = self.config
         tier = (card_type, model_id)
         baseline = self._target_baselines.get(target_id)
@@ -260,9 +333,18 @@ class TierTest:
             self._target_baselines[target_id] = baseline
         ratio = baseline.ratio(ttft_s) if baseline.count >= c.min_samples else None
         for window in self.windows:
-            window.add(target_id, tier, at_s, ratio, prompt_tokens)
+            queued = arrived_s is not None and window.queued_load(tier, at_s, arrived_s)
+            window.add(target_id, tier, at_s, ratio, prompt_tokens, queued)
         shifted = any(window.tripped(tier) for window in self.windows)
         baseline.update(at_s, ttft_s, anomalous=shifted)
+
+    def observe_handed(
+        self, card_type: str, model_id: str, at_s: float, prompt_tokens: int
+    ) -> None:
+        """One request routed to a target of (card type, model): its prompt tokens count as
+        work handed to that tier, in every window."""
+        for window in self.windows:
+            window.add_handed((card_type, model_id), at_s, prompt_tokens)
 
     def evaluate(self, now_s: float) -> tuple[list[Verdict], JsonDict]:
         """Both windows: one verdict per card type (the long window's when both trip), the

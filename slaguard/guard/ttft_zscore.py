@@ -116,8 +116,15 @@ class TtftZscoreDetector:
         statistic = tier_statistic(ttft, first.prompt_tokens, self.config.tier_prompt_floor_tokens)
         self._tier_test.observe(
             first.target_id, first.card_type, first.model_id, first.at_s, statistic,
-            first.prompt_tokens,
+            first.prompt_tokens, first.at_s - ttft,
         )  # fmt: skip
+
+    def observe_handed(
+        self, at_s: float, card_type: str, model_id: str, prompt_tokens: int
+    ) -> None:
+        """One request routed to a target of (card type, model), at its routing decision:
+        its prompt tokens count as work handed to that tier (the tier test's load excuse)."""
+        self._tier_test.observe_handed(card_type, model_id, at_s, prompt_tokens)
 
     def _target(self, target_id: str, card_type: str, model_id: str) -> None:
         if target_id not in self._targets:

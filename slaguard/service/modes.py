@@ -33,7 +33,7 @@ from slaguard.guard.events import BreakerEvent, GuardEvent, VerdictEvent, log_li
 from slaguard.guard.manual import ManualAction, ManualOutcome, ModeBusyError
 from slaguard.guard.modes import ModeState
 from slaguard.guard.runtime import GuardReplica
-from slaguard.guard.samples import FirstToken, GuardSample
+from slaguard.guard.samples import FirstToken, GuardSample, Handed
 from slaguard.guard.verdicts import Action, JsonDict, Severity, Verdict
 from slaguard.notify.base import SLACK_NOTIFIERS
 from slaguard.scheduler.rollout import Arm, FleetMode
@@ -95,9 +95,10 @@ class ModeSource(Protocol):
         jitter, for the others, which the metrics must not pass off as a measured 0."""
         ...
 
-    def on_arrival(self, at_s: float, prefix_id: str | None) -> None:
-        """One routed request, at its routing decision, for the hot-spot detector (a queue
-        append on the request path: no I/O, no detector work)."""
+    def on_arrival(self, at_s: float, prefix_id: str | None, handed: Handed | None = None) -> None:
+        """One routed request, at its routing decision, for the hot-spot detector and, with
+        `handed` (the chosen target's card type and model, the prompt tokens), the tier
+        test's handed work (a queue append on the request path: no I/O, no detector work)."""
         ...
 
     def on_first_token(self, first: FirstToken) -> None:
@@ -209,8 +210,8 @@ class ReplicaModes:
     def scored_targets(self) -> Collection[str]:
         return self.replica.router.jitter_z.keys()
 
-    def on_arrival(self, at_s: float, prefix_id: str | None) -> None:
-        self.replica.observe_arrival(at_s, prefix_id)
+    def on_arrival(self, at_s: float, prefix_id: str | None, handed: Handed | None = None) -> None:
+        self.replica.observe_arrival(at_s, prefix_id, handed)
 
     def on_first_token(self, first: FirstToken) -> None:
         self.replica.observe(first)

@@ -194,7 +194,10 @@ class ServiceRuntime:
         target = decision.target
         if target is None and (impossible := self.never_fits(decision)) is not None:
             raise NeverFitsError(impossible)
-        self.modes.on_arrival(now, request.prefix_id)
+        handed = (
+            None if target is None else (target.card.id, target.model.id, request.prompt_tokens)
+        )
+        self.modes.on_arrival(now, request.prefix_id, handed)
         learner_components = None
         if target is not None:
             self.scheduler.state.add_queue(target.index, 1)

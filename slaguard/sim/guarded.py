@@ -111,8 +111,13 @@ class GuardController(SimObserver):
         return self.guard.state.mode
 
     def on_decision(self, decision: Decision, now_s: float, latency_s: float) -> None:
-        """An arriving request (routed, or finally rejected): the hot-spot detector's input."""
-        self.guard.observe_arrival(now_s, decision.request.prefix_id)
+        """An arriving request (routed, or finally rejected): the hot-spot detector's input,
+        and the work handed to the chosen target's card tier (the tier test's load excuse)."""
+        request, target = decision.request, decision.target
+        handed = (
+            None if target is None else (target.card.id, target.model.id, request.prompt_tokens)
+        )
+        self.guard.observe_arrival(now_s, request.prefix_id, handed)
 
     def on_first_token(self, decision: Decision, now_s: float, ttft_s: float) -> None:
         """A first token on a target: the TTFT detectors' sample."""
