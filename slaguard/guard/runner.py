@@ -64,7 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--replica-id", default=default_replica_id())
     p.add_argument("--config", type=Path, default=None, help="GuardConfig YAML")
     p.add_argument("--sync-s", type=float, default=0.5)
-    p.add_argument("--evaluate-s", type=float, default=1.0)
+    p.add_argument(
+        "--evaluate-s",
+        type=float,
+        default=None,
+        help="detector period (default: the config's evaluation_interval_s, 1 s)",
+    )
     p.add_argument("--lease-s", type=float, default=LEASE_S)
     p.add_argument("--baseline-s", type=float, default=86_400.0)
     p.add_argument("--stage-s", type=float, default=86_400.0)
@@ -147,8 +152,9 @@ def run(args: argparse.Namespace) -> int:
     sched = BackgroundScheduler(
         job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
     )
+    evaluate_s = args.evaluate_s if args.evaluate_s is not None else config.evaluation_interval_s
     sched.add_job(sync, "interval", seconds=args.sync_s, id="mode_sync")
-    sched.add_job(evaluate, "interval", seconds=args.evaluate_s, id="detectors")
+    sched.add_job(evaluate, "interval", seconds=evaluate_s, id="detectors")
     sync()
     sched.start()
     stop.wait(args.duration_s)
