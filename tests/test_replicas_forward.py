@@ -27,7 +27,7 @@ from slaguard.guard.forward import (
     encode_batches,
 )
 from slaguard.guard.leader import FileLeaderLease, lease_for
-from slaguard.guard.runtime import GuardReplica
+from slaguard.guard.runtime import HANDED_PARTIAL_HOLD_S, GuardReplica
 from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.notify.console import ConsoleNotifier
 from slaguard.scheduler.rollout import Arm, ModeKind, RolloutPlan
@@ -71,15 +71,15 @@ def test_batches_stay_under_the_notify_limit_and_round_trip() -> None:
     got_arrivals: list[Arrival] = []
     for text in batches:
         json.loads(text)
-        s, a = decode_batch(text, 1002.0, "replica-a")
+        s, a, _ = decode_batch(text, 1002.0, "replica-a")
         got_samples += s
         got_arrivals += a
     assert [s for s in got_samples if isinstance(s, GuardSample)] == samples
     assert [s for s in got_samples if isinstance(s, FirstToken)] == firsts
     assert got_arrivals == arrivals
-    assert decode_batch(batches[0], 1002.0, "replica-b") == ([], [])  # our own
-    assert decode_batch(batches[0], 1001.5 + MAX_AGE_S + 0.1, "replica-a") == ([], [])
-    assert decode_batch("{not json", 1002.0, "replica-a") == ([], [])
+    assert decode_batch(batches[0], 1002.0, "replica-b") == ([], [], False)  # our own
+    assert decode_batch(batches[0], 1001.5 + MAX_AGE_S + 0.1, "replica-a") == ([], [], False)
+    assert decode_batch("{not json", 1002.0, "replica-a") == ([], [], False)
 
 
 @pytest.fixture
@@ -191,7 +191,7 @@ def test_a_batch_from_a_replica_without_first_tokens_still_reads() -> None:
     """A replica of the previous version sends 12-field samples and no `f` list."""
     row = '[999.5,"t","h100","m",1,2.5,0.2,null,"",null,null,300]'
     old = '{"r":"old","at":1000.0,"s":[' + row + '],"a":[]}'
-    samples, arrivals = decode_batch(old, 1001.0, "new")
+    samples, arrivals, _ = decode_batch(old, 1001.0, "new")
     assert samples == [GuardSample(999.5, "t", "h100", "m", True, 2.5, 0.2, prompt_tokens=300)]
     assert arrivals == [] and not samples[0].ttft_observed  # type: ignore[union-attr]
 
@@ -247,15 +247,17 @@ def test_handed_work_rides_beside_the_arrivals_and_old_batches_still_read() -> N
     assert len(batches) > 5
     assert all(len(json.loads(text)["a"][0]) == 2 for text in batches)
     assert [a for text in batches for a in decode_batch(text, 1011.0, "other")[1]] == arrivals
+    assert not any(decode_batch(text, 1011.0, "other").handed_unknown for text in batches)
     old = '{"r":"old","at":1000.0,"s":[],"f":[],"a":[[999.5,"p"],[999.6,null]]}'
-    assert decode_batch(old, 1001.0, "new")[1] == [(999.5, "p", None), (999.6, None, None)]
+    read = decode_batch(old, 1001.0, "new")
+    assert read.arrivals == [(999.5, "p", None), (999.6, None, None)] and read.handed_unknown
 
 
 def test_a_batch_with_13_field_samples_still_reads() -> None:
     """Replicas of 2026-11-29 21:52 - 2026-11-30 09:00 sent `ttft_observed` as a 13th field."""
     row = '[999.5,"t","h100","m",1,2.5,0.2,null,"",null,null,300,1]'
     text = '{"r":"old","at":1000.0,"s":[' + row + '],"f":[],"a":[]}'
-    samples, _ = decode_batch(text, 1001.0, "new")
+    samples, _, _ = decode_batch(text, 1001.0, "new")
     assert samples[0].ttft_observed  # type: ignore[union-attr]
 
 
@@ -351,6 +353,44 @@ def test_a_new_leader_keeps_the_baseline_tripped_breaker_of_the_last_one(
             b.evaluate(now)
         assert b.current().label == "rollout(10)", "cleared after the cooldown, then advanced"
         assert b.guard.incidents.current is None, "and the baseline's incident resolved"
+    finally:
+        a.close()
+        b.close()
+
+
+def _handed_tiers(replica: GuardReplica) -> set[tuple[str, str]]:
+    """The tiers whose handed work the leader's tier test is counting (each window alike)."""
+    return set(replica.guard.ttft._tier_test.windows[0]._handed._since)
+
+
+def test_handed_work_waits_until_every_replica_sends_it(engine: Engine) -> None:
+    """During a rolling upgrade the leader counted handed work from the upgraded replicas
+    only; each upgrade stepped every tier's count up against a 30-minute baseline, and the
+    tiers read as handed >= 1.25x their usual work (excused as loaded) for minutes."""
+    a, b = _replicas(engine)
+    try:
+        now = 1_000.0
+        assert a.sync(now).leader and not b.sync(now).leader
+        assert _handed_tiers(a) == set()  # taking the lead restarted them
+        old = '{"r":"b","at":%s,"s":[],"a":[[%s,null]]}'  # an earlier version's batch
+        for _k in range(5):
+            a.observe_arrival(now, None, ("l40s", MODEL, 500))
+            a.lease.forward([old % (now, now)])
+            a.evaluate(now)
+            now += 1.0
+        assert a.stats.handed_work_partial and _handed_tiers(a) == set()
+        now += HANDED_PARTIAL_HOLD_S  # the old replica was upgraded: its batches stop
+        for _k in range(3):
+            a.observe_arrival(now, None, ("l40s", MODEL, 500))
+            a.evaluate(now)
+            now += 1.0
+        assert not a.stats.handed_work_partial and _handed_tiers(a) == {("l40s", MODEL)}
+        b.observe_arrival(now, None, ("l40s", MODEL, 500))
+        b.sync(now)  # forwarded, and counted by b's own detectors: its share alone
+        assert _handed_tiers(b) == {("l40s", MODEL)}
+        a.close()
+        assert b.sync(now + 1.0).leader
+        assert _handed_tiers(b) == set()  # as leader it counts everyone's: a new baseline
     finally:
         a.close()
         b.close()

@@ -26,6 +26,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from slaguard.guard.samples import FirstToken, GuardSample, Handed
 from slaguard.scheduler.rollout import Arm
@@ -152,9 +153,17 @@ def _batch(head: str, rows: dict[str, list[str]]) -> str:
     return f"{head},{lists}}}"
 
 
-def decode_batch(
-    text: str, now_s: float, own_id: str
-) -> tuple[list[GuardSample | FirstToken], list[Arrival]]:
+class Decoded(NamedTuple):
+    """One forwarded batch, read."""
+
+    samples: list[GuardSample | FirstToken]
+    arrivals: list[Arrival]
+    handed_unknown: bool
+    """Arrivals from a replica of an earlier version, which sends no handed work: the
+    leader's count of the work handed to each tier then covers only part of the fleet."""
+
+
+def decode_batch(text: str, now_s: float, own_id: str) -> Decoded:
     """One batch's samples (first tokens among them) and arrivals; nothing when it is
     ours, too old or unreadable. A batch without first tokens (`f`) is an older
     replica's: its samples carry their TTFT; one without handed work (`h`) too: its
@@ -162,7 +171,7 @@ def decode_batch(
     try:
         body = json.loads(text)
         if body["r"] == own_id or now_s - float(body["at"]) > MAX_AGE_S:
-            return [], []
+            return Decoded([], [], False)
         observed = set(body.get("o", ()))
         samples: list[GuardSample | FirstToken] = [
             _sample(row, i in observed) for i, row in enumerate(body["s"])
@@ -178,8 +187,8 @@ def decode_batch(
         ]
     except (ValueError, KeyError, TypeError, AttributeError):
         log.warning("unreadable forwarded guard samples ignored")
-        return [], []
-    return samples, arrivals
+        return Decoded([], [], False)
+    return Decoded(samples, arrivals, bool(arrivals) and "h" not in body)
 
 
 MAX_SPOOL_FILES = 2000

@@ -123,6 +123,12 @@ class Guard:
         if handed is not None:
             self.ttft.observe_handed(at_s, *handed)
 
+    def restart_handed_work(self) -> None:
+        """The handed work counted from now on covers more of the fleet than before (every
+        replica sends it again): its baselines start afresh, so no tier reads as handed
+        more than usual for that alone."""
+        self.ttft.restart_handed()
+
     def jitter_zscores(self) -> dict[str, float]:
         """Per-target TTFT Z-scores for the router's jitter term (thin targets absent)."""
         return self.ttft.zscores()

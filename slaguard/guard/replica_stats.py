@@ -31,4 +31,7 @@ class ReplicaStats:
     send_failures: int = 0
     forwarded_out: int = 0
     forwarded_in: int = 0
+    handed_work_partial: bool = False
+    """A replica of an earlier version forwards arrivals without their handed work: the
+    leader ignores handed work until every replica sends it (a rolling upgrade)."""
     last_error: str | None = None

@@ -54,6 +54,10 @@ from slaguard.scheduler.rollout import FleetMode, ModeKind, RolloutPlan
 
 log = logging.getLogger(__name__)
 
+HANDED_PARTIAL_HOLD_S = 10.0
+"""How long after the last batch of a replica that sends no handed work (an earlier
+version) the leader goes on ignoring handed work: such replicas forward at every sync
+(500 ms) while they route."""
 LOCAL_QUEUE_MAX = 100_000
 """Locally observed samples waiting for the next evaluation (oldest dropped beyond)."""
 
@@ -95,6 +99,7 @@ class GuardReplica:
         self._lock = threading.RLock()
         self._local: deque[GuardSample | FirstToken] = deque(maxlen=LOCAL_QUEUE_MAX)
         self._arrivals: deque[Arrival] = deque(maxlen=LOCAL_QUEUE_MAX)
+        self._handed_partial_until = -math.inf
         self._unsaved: tuple[ModeTransition, int | None] | None = None
         self._paused_until_s = float("-inf")
         self._leading = False
@@ -178,10 +183,13 @@ class GuardReplica:
         samples: list[GuardSample | FirstToken] = []
         arrivals: list[Arrival] = []
         for text in self.lease.take_forwarded():
-            got, came = decode_batch(text, now_s, self.replica_id)
-            samples += got
-            arrivals += came
+            got = decode_batch(text, now_s, self.replica_id)
+            samples += got.samples
+            arrivals += got.arrivals
+            if got.handed_unknown:
+                self._handed_partial_until = now_s + HANDED_PARTIAL_HOLD_S
         self.stats.forwarded_in += len(samples) + len(arrivals)
+        partial = now_s < self._handed_partial_until
         if self.feed is not None:
             try:
                 samples += self.feed.poll(now_s)
@@ -191,12 +199,15 @@ class GuardReplica:
             else:
                 self._feed_failures.succeeded(now_s)
         with self._lock:
-            while self._arrivals:
-                self.guard.observe_arrival(*self._arrivals.popleft())
+            if self.stats.handed_work_partial and not partial:
+                self.guard.restart_handed_work()
+            self.stats.handed_work_partial = partial
+            while self._arrivals:  # appended to meanwhile by the routing thread
+                arrivals.append(self._arrivals.popleft())
+            for at_s, prefix_id, handed in arrivals:
+                self.guard.observe_arrival(at_s, prefix_id, None if partial else handed)
             while self._local:
                 self.guard.observe(self._local.popleft())
-            for arrival in arrivals:
-                self.guard.observe_arrival(*arrival)
             for sample in samples:
                 self.guard.observe(sample)
             self.stats.evaluations += 1
@@ -318,10 +329,8 @@ class GuardReplica:
         once: what the leader misses while leadership changes hands is lost), and into
         these detectors too, so that a replica taking over starts with its own share."""
         with self._lock:
-            samples = list(self._local)
-            arrivals = list(self._arrivals)
-            self._local.clear()
-            self._arrivals.clear()
+            samples = [self._local.popleft() for _ in range(len(self._local))]
+            arrivals = [self._arrivals.popleft() for _ in range(len(self._arrivals))]
             for arrival in arrivals:
                 self.guard.observe_arrival(*arrival)
             for sample in samples:
@@ -344,6 +353,7 @@ class GuardReplica:
             self.reports = ()
             return
         self.guard.incidents.current = self.incidents.restore()
+        self.guard.restart_handed_work()  # it counted this replica's share, now everyone's
         last = RouterInputs.from_text(self.lease.latest(), now_s, None, INHERIT_MAX_AGE_S)
         self.guard.inherit_demotions(last.demoted)  # the last leader's, as published
         st, tripped = self.guard.state, self.guard.incidents.current

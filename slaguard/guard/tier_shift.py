@@ -157,6 +157,10 @@ class TierShift:
         """Whether the last evaluation found `tier` shifted."""
         return tier in self._tripped
 
+    def restart_handed(self) -> None:
+        """Forget the handed work's baselines (what it counted stopped being comparable)."""
+        self._handed.reset()
+
     def reset(self) -> None:
         """Forget trips and work history (the routing policy changed)."""
         self._tripped = set()
@@ -345,6 +349,11 @@ class TierTest:
         work handed to that tier, in every window."""
         for window in self.windows:
             window.add_handed((card_type, model_id), at_s, prompt_tokens)
+
+    def restart_handed(self) -> None:
+        """Every window's handed work starts its baselines again."""
+        for window in self.windows:
+            window.restart_handed()
 
     def evaluate(self, now_s: float) -> tuple[list[Verdict], JsonDict]:
         """Both windows: one verdict per card type (the long window's when both trip), the

@@ -126,6 +126,10 @@ class TtftZscoreDetector:
         its prompt tokens count as work handed to that tier (the tier test's load excuse)."""
         self._tier_test.observe_handed(card_type, model_id, at_s, prompt_tokens)
 
+    def restart_handed(self) -> None:
+        """The handed work's baselines start again (see `Guard.restart_handed_work`)."""
+        self._tier_test.restart_handed()
+
     def _target(self, target_id: str, card_type: str, model_id: str) -> None:
         if target_id not in self._targets:
             baseline = LogBaseline(self.config.baseline_tau_s, self.config.baseline_max_freeze_s)
