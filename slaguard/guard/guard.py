@@ -250,12 +250,17 @@ class Guard:
                 events.append(resolved)
         return events
 
-    def _take(self, state: ModeState) -> None:
+    def _take(self, state: ModeState, *, new_stage: bool = True) -> None:
         """Adopt a new state; a new learned share moves load between targets by design, so
-        the TTFT detector's per-target baselines start again."""
+        the TTFT detector's per-target baselines start again. `new_stage` False: the fleet
+        never left its stage (this guard's own switch away was not stored), so the
+        rollout comparison goes on."""
         if state.mode.learned_share != self.state.mode.learned_share:
             self.ttft.rebaseline()
-        if self.state.mode.kind not in _LEARNED_FAMILY and state.mode.kind is ModeKind.ROLLOUT:
+        entered = (
+            self.state.mode.kind not in _LEARNED_FAMILY and state.mode.kind is ModeKind.ROLLOUT
+        )
+        if entered and new_stage:
             self.compare.restart()
         self.state = state
 
@@ -306,7 +311,7 @@ class Guard:
         ):
             return []
         before = self.state
-        self._take(stored)
+        self._take(stored, new_stage=not replacing_unsaved)
         if before.mode.kind not in _LEARNED_FAMILY and stored.mode.kind in _LEARNED_FAMILY:
             self._close_breaker()  # a resume (or a return) another process wrote
         resolved = self._maybe_resolve(before, now_s, stored.reason)
