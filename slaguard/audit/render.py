@@ -190,8 +190,8 @@ def emit_explanation(expl: DecisionExplanation, fmt: OutputFormat, output: Path 
     else:
         console.print("outcome: none recorded")
     console.print(_pairs_table("weights", expl.weights))
-    console.print(frame_table(expl.candidates, _candidates_title(expl.candidates)))
-    console.print(frame_table(expl.rejected, "rejected targets"))
+    _print_table(frame_table(expl.candidates, _candidates_title(expl.candidates)))
+    _print_table(frame_table(expl.rejected, "rejected targets"))
     if expl.other:
         console.print(_pairs_table("more from the explanation", expl.other))
 
@@ -236,5 +236,5 @@ def emit_timeline(tl: IncidentTimeline, fmt: OutputFormat, output: Path | None) 
         phases["during"] += " (now: still open)"
         phases["after"] = "none yet: the incident is open"
     console.print(_pairs_table("phases", phases))
-    console.print(frame_table(tl.mode_changes, "mode changes"))
-    console.print(frame_table(tl.per_target, "per target, before / during / after"))
+    _print_table(frame_table(tl.mode_changes, "mode changes"))
+    _print_table(frame_table(tl.per_target, "per target, before / during / after"))
