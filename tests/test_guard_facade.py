@@ -211,17 +211,7 @@ def test_a_resume_starts_the_rollout_comparison_afresh() -> None:
     """With the resume closing the breaker, the learned arm's losses from before the trip
     (still in the 10-minute window) tripped the fleet again at once: the comparison
     judges the new gray stage, not the episode the human reviewed."""
-    guard = Guard(GuardConfig(), RolloutPlan(baseline_s=86_400.0, stage_s=86_400.0))
-    guard.adopt_state(ModeState(mode=FleetMode(ModeKind.ROLLOUT, 50), version=1), 0.0)
-    t = 0.0
-    for k in range(2000):  # 20 req/s for 100 s: the learned arm misses 40 %, round-robin 5 %
-        t = k * 0.05
-        learned = k % 2 == 0
-        arm, missed = (Arm.LEARNED, k % 5 < 2) if learned else (Arm.ROUND_ROBIN, k % 20 == 1)
-        guard.observe(GuardSample(t, f"t{k % 4}", "h100", "m", not missed, 4.0, 0.3, arm=arm))
-        if k % 20 == 0:
-            guard.evaluate(t)
-    assert guard.state.mode == ROUND_ROBIN  # tripped by rollout_compare
+    guard, t = _tripped_by_a_losing_rollout()
     plan = RolloutPlan(baseline_s=86_400.0, stage_s=86_400.0)
     resumed = modes.manual_resume(guard.state, t + 1, plan, actor="carol", reason="reviewed")
     guard.adopt_state(resumed.state, t + 1)
@@ -234,20 +224,27 @@ def test_a_trip_the_database_refused_keeps_the_comparison_it_tripped_on() -> Non
     """Another writer took the version of this guard's trip: the fleet never left its
     gray stage, yet adopting the stored stage restarted the rollout comparison and its
     losses, so the fault needed a new 10-minute window to trip again."""
-    guard = Guard(GuardConfig(), RolloutPlan(baseline_s=86_400.0, stage_s=86_400.0))
-    stage = ModeState(mode=FleetMode(ModeKind.ROLLOUT, 50), version=1)
-    guard.adopt_state(stage, 0.0)
-    t = 0.0
-    for k in range(2000):  # as above: the learned arm misses 40 %, round-robin 5 %
-        t = k * 0.05
-        arm, missed = (Arm.LEARNED, k % 5 < 2) if k % 2 == 0 else (Arm.ROUND_ROBIN, k % 20 == 1)
-        guard.observe(GuardSample(t, f"t{k % 4}", "h100", "m", not missed, 4.0, 0.3, arm=arm))
-        if k % 20 == 0:
-            guard.evaluate(t)
-    assert guard.state.mode == ROUND_ROBIN and guard.state.version == 2
+    guard, t = _tripped_by_a_losing_rollout()
+    assert guard.state.version == 2
     theirs = ModeState(mode=FleetMode(ModeKind.ROLLOUT, 50), version=2, actor="other")
     guard.adopt_state(theirs, t + 1, replacing_unsaved=True)
     assert guard.state.mode == FleetMode(ModeKind.ROLLOUT, 50)
     for s in range(2, 8):
         guard.evaluate(t + s)
     assert guard.state.mode == ROUND_ROBIN  # the same losses trip it again
+
+
+def _tripped_by_a_losing_rollout() -> tuple[Guard, float]:
+    """A guard on rollout(50) fed 100 s at 20 req/s where the learned arm misses 40 % and
+    round-robin 5 %, tripped by `rollout_compare`; (the guard, the last sample's time)."""
+    guard = Guard(GuardConfig(), RolloutPlan(baseline_s=86_400.0, stage_s=86_400.0))
+    guard.adopt_state(ModeState(mode=FleetMode(ModeKind.ROLLOUT, 50), version=1), 0.0)
+    t = 0.0
+    for k in range(2000):
+        t = k * 0.05
+        arm, missed = (Arm.LEARNED, k % 5 < 2) if k % 2 == 0 else (Arm.ROUND_ROBIN, k % 20 == 1)
+        guard.observe(GuardSample(t, f"t{k % 4}", "h100", "m", not missed, 4.0, 0.3, arm=arm))
+        if k % 20 == 0:
+            guard.evaluate(t)
+    assert guard.state.mode == ROUND_ROBIN
+    return guard, t
