@@ -234,6 +234,17 @@ def test_a_trip_the_database_refused_keeps_the_comparison_it_tripped_on() -> Non
     assert guard.state.mode == ROUND_ROBIN  # the same losses trip it again
 
 
+def test_a_refused_trip_behind_a_rollback_and_a_resume_starts_the_comparison_afresh() -> None:
+    """While this guard's trip (v2) waited to be stored, an operator rolled back (v2) and
+    resumed (v3): the resumed stage is new, and the old losses must not trip it again."""
+    guard, t = _tripped_by_a_losing_rollout()
+    resumed = ModeState(mode=R10, version=3, actor="carol")
+    guard.adopt_state(resumed, t + 1, replacing_unsaved=True)
+    for s in range(2, 8):
+        guard.evaluate(t + s)
+    assert guard.state.mode == R10
+
+
 def _tripped_by_a_losing_rollout() -> tuple[Guard, float]:
     """A guard on rollout(50) fed 100 s at 20 req/s where the learned arm misses 40 % and
     round-robin 5 %, tripped by `rollout_compare`; (the guard, the last sample's time)."""

@@ -385,6 +385,13 @@ def test_handed_work_waits_until_every_replica_sends_it(engine: Engine) -> None:
             a.evaluate(now)
             now += 1.0
         assert not a.stats.handed_work_partial and _handed_tiers(a) == {("l40s", MODEL)}
+        a.lease.forward([old % (now, now)])  # a replica of the earlier version is back
+        a.evaluate(now)
+        # unknown at once: a warm count left unfed read as "handed less than usual"
+        assert a.stats.handed_work_partial and _handed_tiers(a) == set()
+        now += HANDED_PARTIAL_HOLD_S + 1.0
+        a.observe_arrival(now, None, ("l40s", MODEL, 500))
+        a.evaluate(now)
         b.observe_arrival(now, None, ("l40s", MODEL, 500))
         b.sync(now)  # forwarded, and counted by b's own detectors: its share alone
         assert _handed_tiers(b) == {("l40s", MODEL)}

@@ -311,7 +311,9 @@ class Guard:
         ):
             return []
         before = self.state
-        self._take(stored, new_stage=not replacing_unsaved)
+        # only when another writer took exactly the version this guard could not store
+        # did the fleet stay in its stage; a later state (a rollback, then a resume) is new
+        self._take(stored, new_stage=not (replacing_unsaved and stored.version == before.version))
         if before.mode.kind not in _LEARNED_FAMILY and stored.mode.kind in _LEARNED_FAMILY:
             self._close_breaker()  # a resume (or a return) another process wrote
         resolved = self._maybe_resolve(before, now_s, stored.reason)

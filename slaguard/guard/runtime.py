@@ -199,7 +199,7 @@ class GuardReplica:
             else:
                 self._feed_failures.succeeded(now_s)
         with self._lock:
-            if self.stats.handed_work_partial and not partial:
+            if self.stats.handed_work_partial != partial:  # unknown now, or comparable again
                 self.guard.restart_handed_work()
             self.stats.handed_work_partial = partial
             while self._arrivals:  # appended to meanwhile by the routing thread
