@@ -250,3 +250,23 @@ def test_resume_enters_the_plans_first_stage_as_the_guard_last_did(audit_engine:
         "fleet resumed at rollout(60)"
     )
     assert store.planned_first_stage() == 20, "a human's stage is not the plan's"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["rollback", "--reason", "--hold"],
+        ["rollback", "--reason", "--help"],
+        ["resume", "--reason", "--help"],
+        ["rollback", "--reason", "x", "--actor", "--hold"],
+    ],
+)
+def test_an_option_given_as_a_value_switches_nothing(audit_engine: Engine, args: list[str]) -> None:
+    """`rollback --reason --hold` rolled back without the hold (reason "--hold"), and
+    `--reason --help` switched the fleet: these commands act at once."""
+    before = GuardStore(audit_engine).load(time.time())
+    flag, value = args[-2:]
+    error = one_line_error(*args, "--db", url_of(audit_engine))
+    assert error.startswith(f"error: {flag}: '{value}' looks like an option, not a value; "), error
+    after = GuardStore(audit_engine).load(time.time())
+    assert (after.version, after.mode) == (before.version, before.mode)
