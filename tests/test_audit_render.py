@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -85,3 +86,25 @@ def test_round_robin_candidates_are_headed_by_their_order_not_by_a_score(
     assert "eligible candidates, best score first" in ok(
         "audit", "explain", hex_id(1), "--db", hex_db
     )
+
+
+def test_an_incidents_evidence_is_shown_whole(hex_db: str, tmp_path: Path) -> None:
+    """The evidence cell was cut with an ellipsis: the outbox (attempts, last error) the
+    Slack-delivery runbook sends readers to was not in the output at all."""
+    db = tmp_path / "evidence.db"
+    db.write_bytes(Path(hex_db).read_bytes())
+    outbox = [{"attempts": k, "error": "ratelimited: retry after 30s"} for k in range(1, 6)]
+    evidence = {"summary": "prefix 9f3a hot", "top_prefixes": ["p"] * 40, "outbox": outbox}
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE incidents SET evidence = ?", (json.dumps(evidence),))
+    table = ok("audit", "incident", "1", "--db", str(db))
+    rows = [line.split("│") for line in table.splitlines() if line.startswith("│")]
+    start = next(i for i, cells in enumerate(rows) if cells[1].strip() == "evidence")
+    shown = ""
+    for cells in rows[start:]:
+        if cells[1].strip() not in ("", "evidence"):
+            break
+        shown += cells[2]
+    shown = "".join(shown.split())
+    assert shown.count('"error":"ratelimited:retryafter30s"') == 5, shown
+    assert shown.endswith("}]}")

@@ -158,7 +158,7 @@ def emit_frame(frame: pd.DataFrame, fmt: OutputFormat, output: Path | None, titl
 def _pairs_table(title: str, pairs: dict[str, Any]) -> Table:
     table = Table(title=plain(title), title_justify="left", show_header=False)
     table.add_column("field")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # evidence JSON: every number, wrapped
     for key, value in pairs.items():
         table.add_row(plain(key), plain(value))
     return table
