@@ -193,9 +193,9 @@ def test_a_missing_default_database_says_none_was_given_not_create_it(
     for command in (["status"], ["incidents"], ["audit", "summary"]):
         result = CliRunner().invoke(app, command)
         assert result.exit_code == 2 and result.stderr == (
-            "error: no database given (no --db, $SLAGUARD_DB unset) and the default SQLite "
-            f"file slaguard.db is not in {tmp_path}; fix: pass --db or set SLAGUARD_DB to the "
-            "database `slaguard serve` uses (its --db, `db:` or $SLAGUARD_SERVE_DB)\n"
+            "error: no database given (no --db, $SLAGUARD_DB unset or empty) and the default "
+            f"SQLite file slaguard.db is not in {tmp_path}; fix: pass --db or set SLAGUARD_DB to "
+            "the database `slaguard serve` uses (its --db, `db:` or $SLAGUARD_SERVE_DB)\n"
         ), command
     assert list(tmp_path.iterdir()) == []
 

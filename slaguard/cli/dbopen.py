@@ -74,8 +74,9 @@ def _missing_file(path: Path, option: str, *, defaulted: bool) -> str:
     `db upgrade` (an empty database) was the advice given mid-incident."""
     if defaulted:
         return (
-            f"no database given (no --db, ${DB_ENV_VAR} unset) and the default SQLite file "
-            f"{path} is not in {Path.cwd()}; fix: pass --db or set {DB_ENV_VAR} to {SERVICE_DB}"
+            f"no database given (no --db, ${DB_ENV_VAR} unset or empty) and the default SQLite "
+            f"file {path} is not in {Path.cwd()}; fix: pass --db or set {DB_ENV_VAR} to "
+            f"{SERVICE_DB}"
         )
     give = f"set {option} to" if option.startswith("$") else f"pass as {option}"
     return (
