@@ -55,3 +55,11 @@ def test_help_and_a_bare_group_still_print_help() -> None:
     bare = runner.invoke(app, ["audit"])
     assert "Postmortem queries" in bare.stdout + bare.stderr
     assert not (bare.stdout + bare.stderr).startswith("error:")
+
+
+@pytest.mark.parametrize("args", [["-h"], ["audit", "-h"], ["audit", "decisions", "-h"]])
+def test_dash_h_is_help_everywhere(args: list[str]) -> None:
+    """`-h` was "no such option: -h" on every command."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0 and "Usage: slaguard" in result.output, result.output
+    assert result.output == runner.invoke(app, [*args[:-1], "--help"]).output

@@ -148,6 +148,7 @@ app = typer.Typer(
     cls=LazyCommands,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command inherits it
 )
 
 
