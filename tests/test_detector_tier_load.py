@@ -47,7 +47,12 @@ def _stream(
 
 def _tier_trips(seed: int, **kw: float | bool) -> list[int]:
     det = TtftZscoreDetector()
-    reports = run_seconds(det, _stream(seed, **kw), 1, END, det.evaluate)  # type: ignore[arg-type]
+    return _l40s_trip_seconds(det, det, _stream(seed, **kw))
+
+
+def _l40s_trip_seconds(det: TtftZscoreDetector, fed: object, items: Iterable[object]) -> list[int]:
+    """The seconds at which `det`, fed `items` through `fed`, trips the L40S tier."""
+    reports = run_seconds(fed, items, 1, END, det.evaluate)  # type: ignore[arg-type]
     return [
         sec
         for sec, r in reports
@@ -142,13 +147,7 @@ def _handed_stream(seed: int, *, slow: float, handed: float, ramp_s: float) -> I
 
 def _handed_trips(items: Iterable[object]) -> list[int]:
     det = TtftZscoreDetector()
-    reports = run_seconds(_Feed(det), items, 1, END, det.evaluate)  # type: ignore[arg-type]
-    return [
-        sec
-        for sec, r in reports
-        for v in r.verdicts
-        if v.action is Action.TRIP and v.subject == "card:l40s"
-    ]
+    return _l40s_trip_seconds(det, _Feed(det), items)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
