@@ -24,6 +24,14 @@ def _error(path: Path) -> str:
     return message
 
 
+def _env_error(monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> str:
+    """The one-line refusal of a serve config with `variable` set to `value`."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ServiceConfigError) as err:
+        load_config()
+    return str(err.value)
+
+
 def _file(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "serve.yaml"
     path.write_text(text)
@@ -54,10 +62,7 @@ def test_an_infinite_number_is_refused_like_nan(section: str, key: str, tmp_path
 def test_an_infinite_number_from_the_environment_names_the_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("SLAGUARD_SERVE_GUARD__TTFT_ZSCORE__WINDOW_S", "inf")
-    with pytest.raises(ServiceConfigError) as err:
-        load_config()
-    assert str(err.value).startswith(
+    assert _env_error(monkeypatch, "SLAGUARD_SERVE_GUARD__TTFT_ZSCORE__WINDOW_S", "inf").startswith(
         "$SLAGUARD_SERVE_GUARD__TTFT_ZSCORE__WINDOW_S: guard.ttft_zscore.window_s: "
         "Input should be a finite number"
     )
@@ -134,10 +139,7 @@ def test_environment_variables_are_text_read_as_the_fields_type(
 def test_an_environment_count_that_is_no_number_names_the_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("SLAGUARD_SERVE_GUARD__BREAKER__TRIP_AFTER", "true")
-    with pytest.raises(ServiceConfigError) as err:
-        load_config()
-    assert str(err.value) == (
+    assert _env_error(monkeypatch, "SLAGUARD_SERVE_GUARD__BREAKER__TRIP_AFTER", "true") == (
         "$SLAGUARD_SERVE_GUARD__BREAKER__TRIP_AFTER: guard.breaker.trip_after: Input should "
         "be a valid integer (got 'true'); fix: correct the variable or unset it"
     )
@@ -154,10 +156,7 @@ def test_serve_refuses_the_simulators_evaluation_interval(
         "the guard every loops.detectors_s (default 1.0), and this key is the simulator's; "
         "fix: remove it and set loops.detectors_s"
     )
-    monkeypatch.setenv("SLAGUARD_SERVE_GUARD__EVALUATION_INTERVAL_S", "2")
-    with pytest.raises(ServiceConfigError) as err:
-        load_config()
-    assert str(err.value).startswith(
+    assert _env_error(monkeypatch, "SLAGUARD_SERVE_GUARD__EVALUATION_INTERVAL_S", "2").startswith(
         "$SLAGUARD_SERVE_GUARD__EVALUATION_INTERVAL_S: guard.evaluation_interval_s: serve "
         "does not read it"
     )
