@@ -335,7 +335,7 @@ def test_a_notify_file_is_not_counted_as_slack_and_its_failure_is_logged(
         await modes.evaluate(now_s)
         await modes.wait_for_delivery()
 
-    with caplog.at_level(logging.WARNING, logger="slaguard.guard.runtime"):
+    with caplog.at_level(logging.WARNING, logger="slaguard.guard.outbox_sender"):
         asyncio.run(evaluate(T0 + 20))
     assert leader.stats.send_failures == 1
     assert f"message retried later: {blocked}: Is a directory" in caplog.text

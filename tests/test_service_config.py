@@ -8,13 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slaguard.service.config import (
-    ALERT_SEVERITIES,
-    SLAGUARD_ALERTS,
-    ServiceConfigError,
-    admin_token,
-    load_config,
-)
+from slaguard.service.config import ServiceConfigError, admin_token, load_config
+from slaguard.service.config_sections import ALERT_SEVERITIES, SLAGUARD_ALERTS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
 """One replica's guard: the shared fleet mode, leadership, and, on the leader only, the
-detectors, incidents and notifications. The service's loops drive it; `runner.py` runs it
-on its own.
+detectors, incidents and notifications (sent by `outbox_sender.py`). The service's loops
+drive it; `runner.py` runs it on its own.
 
 | call | caller | period | what |
 |---|---|---|---|
@@ -24,9 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections import deque
-from collections.abc import MutableMapping
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -43,6 +41,7 @@ from slaguard.guard.incident_store import IncidentStore, QueuedMessage
 from slaguard.guard.leader import LeaderLease
 from slaguard.guard.manual import ManualAction, ManualOutcome, apply_manual, note_alerts_resolved
 from slaguard.guard.modes import NOT_LOADED, ModeState, ModeTransition, TransitionKind
+from slaguard.guard.outbox_sender import OutboxSender
 from slaguard.guard.persist import EventPersister
 from slaguard.guard.replica_stats import ReplicaStats, SyncReport
 from slaguard.guard.router_inputs import INHERIT_MAX_AGE_S, RouterInputs
@@ -89,10 +88,10 @@ class GuardReplica:
         self.persister = EventPersister(self.store, self.incidents)
         self.guard = Guard(config, plan, state=NOT_LOADED)
         self.stats = ReplicaStats()
+        self.outbox = OutboxSender(self.incidents, notifier, self.stats)
         self._sync_failures = FailureLog(log, "guard mode sync")
         self._warned_fleet: str | None = None
         self._feed_failures = FailureLog(log, "guard sample feed")
-        self._outbox_failures = FailureLog(log, "incident outbox")
         self.router = RouterInputs()
         self.reports: tuple[DetectorReport, ...] = ()
         """The leader's last evaluation, one report per detector (empty on other replicas)."""
@@ -101,7 +100,6 @@ class GuardReplica:
         self._arrivals: deque[Arrival] = deque(maxlen=LOCAL_QUEUE_MAX)
         self._handed_partial_until = -math.inf
         self._unsaved: tuple[ModeTransition, int | None] | None = None
-        self._paused_until_s = float("-inf")
         self._leading = False
 
     # -- no I/O ---------------------------------------------------------------------------
@@ -222,50 +220,10 @@ class GuardReplica:
         return events
 
     def deliver(self, now_s: float) -> list[tuple[QueuedMessage, DeliveryResult]]:
-        """Leader: send each incident's oldest due message, in order; after a retryable
-        failure nothing is sent until that message's retry time."""
-        if not self._leading or now_s < self._paused_until_s:
+        """Leader: send the outbox's due messages (`OutboxSender.deliver`)."""
+        if not self._leading:
             return []
-        done: list[tuple[QueuedMessage, DeliveryResult]] = []
-        try:
-            for msg in self.incidents.due(now_s):
-                self._prime_thread(msg)
-                sending = time.monotonic()
-                result = self.notifier.send(msg.event)
-                # The client may have slept out a Retry-After: retry times count from the
-                # end of the send (in whole seconds, so a quick send leaves now_s as given).
-                now_s += math.floor(time.monotonic() - sending)
-                done.append((msg, result))
-                if result.ok:
-                    self.stats.sent += 1
-                    channel = getattr(self.notifier, "channel", None)
-                    self.incidents.delivered(
-                        msg,
-                        slack_channel=channel if isinstance(channel, str) else None,
-                        slack_ts=result.thread_ts,
-                    )
-                    continue
-                self.stats.send_failures += 1
-                next_s = self.incidents.failed(
-                    msg,
-                    now_s,
-                    result.detail,
-                    retry_after_s=result.retry_after_s,
-                    permanent=not result.retryable,
-                )
-                if result.retryable:
-                    log.warning("incident %s message retried later: %s", msg.incident_id,
-                                result.detail)  # fmt: skip
-                    self._paused_until_s = next_s
-                    break
-                log.error("incident %s message dropped: %s", msg.incident_id, result.detail)
-        except SQLAlchemyError as exc:
-            self.stats.persist_errors += 1
-            self.stats.last_error = error_line(exc, with_type=True)
-            self._outbox_failures.failed(self.stats.last_error, now_s)
-        else:
-            self._outbox_failures.succeeded(now_s)
-        return done
+        return self.outbox.deliver(now_s)
 
     def command(
         self,
@@ -411,9 +369,3 @@ class GuardReplica:
         self.guard.adopt_state(stored, now_s, replacing_unsaved=True)
         if self._leading:
             self.guard.incidents.current = self.incidents.restore()
-
-    def _prime_thread(self, msg: QueuedMessage) -> None:
-        """Thread a reply under the incident's first message, whoever posted it."""
-        threads = getattr(self.notifier, "threads", None)
-        if msg.slack_ts and isinstance(threads, MutableMapping):
-            threads[msg.event.incident_id] = msg.slack_ts

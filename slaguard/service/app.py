@@ -25,7 +25,8 @@ from slaguard import __version__
 from slaguard.service import admin, gateway, views
 from slaguard.service.hotpath import HotPathApp, direct_endpoints, validation_message
 from slaguard.service.loops import ServiceLoops
-from slaguard.service.runtime import FieldError, ServiceRuntime
+from slaguard.service.request_checks import FieldError
+from slaguard.service.runtime import ServiceRuntime
 from slaguard.service.shutdown_log import quiet_shutdown_cancellations
 from slaguard.service.telemetry_scraper import MetricsScraper
 

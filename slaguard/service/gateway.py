@@ -53,7 +53,8 @@ from slaguard.service.hotpath import (
     unless_client_leaves,
 )
 from slaguard.service.pending import Pending, Routed
-from slaguard.service.runtime import FieldError, NeverFitsError, ServiceRuntime
+from slaguard.service.request_checks import FieldError, NeverFitsError
+from slaguard.service.runtime import ServiceRuntime
 from slaguard.service.schemas import ErrorResponse
 from slaguard.service.sse_meter import StreamMeter
 from slaguard.service.views import runtime_of
@@ -131,9 +132,9 @@ async def _proxy(
 ) -> Response:
     rt = runtime_of(request)
     g = rt.config.gateway
-    rt.check_model(body.model)
-    priority = rt.priority_of(meta.priority or g.default_priority, "X-Slaguard-Priority")
-    rt.check_served(body.model, priority, "X-Slaguard-Priority")
+    rt.checks.model(body.model)
+    priority = rt.checks.priority(meta.priority or g.default_priority, "X-Slaguard-Priority")
+    rt.checks.served(body.model, priority, "X-Slaguard-Priority")
     request_id = meta.request_id
     if request_id is not None and request_id in rt.pending:
         raise HTTPException(409, f"X-Request-Id: {request_id!r} was already used; send a new id")

@@ -7,7 +7,8 @@ can find its decision. `finish` is the other half: learner
 feedback, audit outcome, TTFT/TPOT metrics, a guard sample. Both run on the event loop
 thread and do no I/O.
 
-The per-decision entries and the SLA rule are in `pending`.
+The per-decision entries and the SLA rule are in `pending`; what a request may ask for is
+checked in `request_checks`.
 """
 
 from __future__ import annotations
@@ -30,30 +31,18 @@ from slaguard.failure_log import FailureLog
 from slaguard.fleet import Fleet, Priority, Request
 from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.scheduler.core import Scheduler
-from slaguard.scheduler.explain import Decision, Outcome, Reason
+from slaguard.scheduler.explain import Outcome
 from slaguard.scheduler.rollout import Arm
 from slaguard.service.config import ServiceConfig
 from slaguard.service.gateway_metrics import GatewayMetrics
 from slaguard.service.modes import ModeSource
 from slaguard.service.pending import Finished, Pending, Routed, sla_met
+from slaguard.service.request_checks import NeverFitsError, RequestChecks
 from slaguard.service.store import DecisionStore
 from slaguard.telemetry.metrics import SlaguardMetrics
 
 log = logging.getLogger(__name__)
 ID_BATCH = 4096
-
-
-class FieldError(ValueError):
-    """A request value the fleet cannot serve: answered as 422 naming `field`."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-
-
-class NeverFitsError(ValueError):
-    """No target serving the request's model could ever take it (the message says why):
-    a client error to fix, not a capacity problem to retry; nothing is recorded."""
 
 
 class ServiceRuntime:
@@ -92,56 +81,11 @@ class ServiceRuntime:
         self.finished_count = 0
         self.violated_count = 0
         self.started_at_s = clock()
-        self._routable = fleet.servable_priorities
-        """What a request may name: per model, the priorities some target serves it at,
-        itself or through the models it degrades to."""
-        self._models = sorted(self._routable)
+        self.checks = RequestChecks(fleet)
         self._id_prefix = uuid.uuid4().hex[:20]
         self._id_counter = itertools.count()
         self._random_hex = ""
         self._random_at = 0
-
-    # -- parsing helpers ---------------------------------------------------------------
-
-    def priority_of(self, value: str, field: str = "priority") -> Priority:
-        try:
-            return Priority(value)
-        except ValueError:
-            raise FieldError(
-                field, f"unknown priority {value!r}; use one of {[p.value for p in Priority]}"
-            ) from None
-
-    def check_model(self, model: str, field: str = "model") -> None:
-        if model not in self._routable:
-            known = "not served by this fleet" if model in self.fleet.models else "unknown"
-            raise FieldError(field, f"model {model!r} is {known}; use one of {self._models}")
-
-    def check_served(self, model: str, priority: Priority, field: str = "priority") -> None:
-        """A priority no target serves the model at is a client error, not a capacity
-        problem: it was admitted and answered no_capacity (a 503) for ever."""
-        served = self._routable.get(model, frozenset())
-        if priority not in served:
-            raise FieldError(
-                field,
-                f"no target serves {model} at priority {priority.value!r}; use one of "
-                f"{[p.value for p in Priority if p in served]}",
-            )
-
-    def never_fits(self, decision: Decision) -> str | None:
-        """Why no target serving the request's model could ever take it (its tokens past
-        every context window or KV budget), or None."""
-        e, req = decision.explanation, decision.request
-        if decision.target is not None or len(e.candidates) == 0:
-            return None
-        for index, reason in zip(e.candidates.tolist(), e.reasons.tolist(), strict=True):
-            target = self.fleet.targets[index]
-            if reason != Reason.CONTEXT and e.v_peak_gb <= target.kv_budget_gb:
-                return None
-        largest = max(self.fleet.targets[i].model.context_window for i in e.candidates.tolist())
-        return (
-            f"the prompt (~{req.prompt_tokens} tokens) and {req.max_new_tokens} new tokens "
-            f"exceed every {req.model_id} target's context window ({largest}) or KV budget"
-        )
 
     def request(
         self,
@@ -192,7 +136,7 @@ class ServiceRuntime:
         decision = self.scheduler.decide(request, now, mode)
         latency = time.perf_counter() - started
         target = decision.target
-        if target is None and (impossible := self.never_fits(decision)) is not None:
+        if target is None and (impossible := self.checks.never_fits(decision)) is not None:
             raise NeverFitsError(impossible)
         handed = (
             None if target is None else (target.card.id, target.model.id, request.prompt_tokens)

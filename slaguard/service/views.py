@@ -28,7 +28,8 @@ from slaguard.service.hotpath import (
     query_flag,
 )
 from slaguard.service.pending import Pending, sla_met
-from slaguard.service.runtime import FieldError, NeverFitsError, ServiceRuntime
+from slaguard.service.request_checks import FieldError, NeverFitsError
+from slaguard.service.runtime import ServiceRuntime
 from slaguard.service.schemas import (
     ID_PATTERN,
     ErrorResponse,
@@ -147,9 +148,9 @@ async def route(request: Request) -> Response:
         found = await stored_explanation(rt, entry.decision_id) if explain_it else None
         return json_response(route_body(rt, entry, found, explain_it))
     try:
-        rt.check_model(body.model)
-        priority = rt.priority_of(body.priority)
-        rt.check_served(body.model, priority)
+        rt.checks.model(body.model)
+        priority = rt.checks.priority(body.priority)
+        rt.checks.served(body.model, priority)
     except FieldError as exc:
         return error_response(422, str(exc))
     req = rt.request(

@@ -1,0 +1,148 @@
+"""The sections of the `slaguard serve` config file besides `guard:` (which is
+`guard/config.py`'s): where the hardware picture comes from, the gateway, the rollout plan,
+which alerts roll back, and the loops' periods. Loaded and explained by `config.py`."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+ALERT_SEVERITIES = ("critical", "warning")
+"""The `severity` labels of slaguard's alerts (alerts/*.yml)."""
+SLAGUARD_ALERTS = frozenset(
+    {
+        "SlaguardAuditBacklog",
+        "SlaguardAuditRecordsRefused",
+        "SlaguardAuditRecordsUnreadable",
+        "SlaguardAuditSpillGrowing",
+        "SlaguardAuditWriteErrors",
+        "SlaguardColdStartDrift",
+        "SlaguardDecisionLatencyHigh",
+        "SlaguardDown",
+        "SlaguardFleetSwitchedToRoundRobin",
+        "SlaguardHeldInRoundRobinTooLong",
+        "SlaguardHotSpotFlood",
+        "SlaguardMetricsAbsent",
+        "SlaguardRolloutArmLosing",
+        "SlaguardSLAErrorBudgetBurn",
+        "SlaguardSchedulerJobFailing",
+        "SlaguardSchedulerJobOverrunning",
+        "SlaguardSchedulerJobStalled",
+        "SlaguardSlackDeliveryFailing",
+        "SlaguardTargetTTFTAnomaly",
+    }
+)
+"""The alert names of alerts/slaguard-*.yml (a test holds the two together). Other
+Alertmanager alerts may be listed in `rollback_alerts` with severities of their own."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TelemetryConfig(_Section):
+    """Where the hardware picture comes from and when it counts as stale."""
+
+    scrape: bool = Field(default=True, description="pull each target's vLLM-style /metrics")
+    scrape_interval_s: float = Field(default=0.25, gt=0, le=10)
+    scrape_timeout_s: float = Field(default=0.5, gt=0, le=10)
+    stale_after_s: float = Field(
+        default=1.0, gt=0, le=300, description="older picture: target treated as saturated"
+    )
+
+    @model_validator(mode="after")
+    def _stale_after_a_scrape(self) -> TelemetryConfig:
+        """A picture that goes stale before the next scrape leaves every target saturated."""
+        if self.scrape and self.stale_after_s <= self.scrape_interval_s:
+            raise ValueError(
+                f"stale_after_s {self.stale_after_s} is not above scrape_interval_s "
+                f"{self.scrape_interval_s}: every picture would go stale before the next "
+                "scrape and every target be treated as saturated; fix: raise stale_after_s "
+                "(default 1.0) or lower scrape_interval_s"
+            )
+        return self
+
+
+class GatewayConfig(_Section):
+    """The OpenAI-compatible proxy."""
+
+    enabled: bool = True
+    connect_timeout_s: float = Field(default=1.0, gt=0, le=60)
+    first_byte_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    read_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    chars_per_token: float = Field(
+        default=4.0, gt=0, le=64, description="prompt token estimate when none is given"
+    )
+    default_max_tokens: int = Field(default=256, ge=1, le=1_000_000)
+    default_priority: Literal["high", "normal", "low"] = "normal"
+    max_connections: int = Field(default=512, ge=1, le=100_000)
+
+
+class RolloutConfig(_Section):
+    """The cold-start plan: round-robin baseline, then the learned share per stage."""
+
+    baseline_s: float = Field(default=86_400.0, ge=0)
+    stage_s: float = Field(default=86_400.0, gt=0)
+    stages_pct: tuple[int, ...] = (10, 50, 100)
+
+    @field_validator("stages_pct")
+    @classmethod
+    def _stages_valid(cls, stages: tuple[int, ...]) -> tuple[int, ...]:
+        example = "e.g. [10, 50, 100]"
+        if not stages:
+            raise ValueError(f"empty; fix: list the learned share per stage, {example}")
+        for pct in stages:
+            if not 0 < pct <= 100:
+                raise ValueError(
+                    f"{list(stages)}: {pct} is not a percentage in (0, 100]; fix: "
+                    f"give each stage's learned share as a percentage, {example}"
+                )
+        if list(stages) != sorted(stages):
+            raise ValueError(
+                f"{list(stages)} is not increasing; fix: list the stages in the "
+                f"order they run, e.g. {sorted(stages)}"
+            )
+        return stages
+
+
+class AlertmanagerConfig(_Section):
+    """Which firing alerts roll the fleet back to round-robin."""
+
+    rollback_alerts: tuple[str, ...] = Field(
+        default=("SlaguardSLAErrorBudgetBurn",),
+        description="the pages that roll back; SlaguardRolloutArmLosing is a warning that "
+        "the guard did not act, for a human",
+    )
+    rollback_severities: tuple[str, ...] = Field(
+        default=("critical",), description="only alerts with one of these `severity` labels act"
+    )
+
+    @field_validator("rollback_severities")
+    @classmethod
+    def _known_severities(
+        cls, severities: tuple[str, ...], info: ValidationInfo
+    ) -> tuple[str, ...]:
+        """A severity no slaguard alert has (`urgent`, `critcal`) silently turned rollback
+        off; checked only when every rollback alert is slaguard's own, since another
+        Alertmanager alert (`VllmReplicasDown`) may carry any severity (`page`)."""
+        alerts = info.data.get("rollback_alerts")
+        if alerts is None or not set(alerts) <= SLAGUARD_ALERTS:
+            return severities
+        for severity in severities:
+            if severity not in ALERT_SEVERITIES:
+                near = difflib.get_close_matches(severity, ALERT_SEVERITIES, n=1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise ValueError(
+                    f"{severity!r} is not a severity slaguard's alerts have, so no alert would "
+                    f"roll back; fix: use {' or '.join(ALERT_SEVERITIES)}{hint}"
+                )
+        return severities
+
+
+class LoopsConfig(_Section):
+    """Periods of the background jobs (the scheduler's own tick/period come from its config)."""
+
+    detectors_s: float = Field(default=1.0, gt=0, le=60)
+    weights_s: float = Field(default=3600.0, gt=0)
