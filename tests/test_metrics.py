@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -25,7 +23,6 @@ from slaguard.telemetry.labels import (
     TargetLabels,
     slack_failure_reason,
 )
-from slaguard.telemetry.metrics import write_snapshot
 
 
 @pytest.fixture(scope="module")
@@ -260,16 +257,6 @@ def test_guard_target_audit_scheduler_and_slack_helpers(metrics: SlaguardMetrics
     assert value(metrics, "slaguard_scheduler_job_duration_seconds_bucket", le="0.25", **job) == 1
     assert value(metrics, "slaguard_slack_deliveries_total") == 1
     assert value(metrics, "slaguard_slack_delivery_failures_total", reason="ratelimited") == 1
-
-
-def test_snapshot_file_parses_back(metrics: SlaguardMetrics, tmp_path: Path) -> None:
-    metrics.observe_decision("round_robin", "round_robin", "routed", 0.0001)
-    out = tmp_path / "metrics.prom"
-    write_snapshot(metrics.registry, out)
-    families = {f.name: f for f in text_string_to_metric_families(out.read_text())}
-    decisions = families["slaguard_decisions"]
-    routed = [s for s in decisions.samples if s.labels["outcome"] == "routed" and s.value == 1]
-    assert [s.labels["arm"] for s in routed] == ["round_robin"]
 
 
 def test_slack_failure_reason_maps_http_statuses_onto_the_allow_list() -> None:

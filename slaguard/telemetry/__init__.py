@@ -7,7 +7,7 @@ from slaguard.telemetry.labels import (
     fleet_target_labels,
     slack_failure_reason,
 )
-from slaguard.telemetry.metrics import SlaguardMetrics, render_snapshot, write_snapshot
+from slaguard.telemetry.metrics import SlaguardMetrics, render_snapshot
 
 __all__ = [
     "OTHER",
@@ -17,5 +17,4 @@ __all__ = [
     "fleet_target_labels",
     "render_snapshot",
     "slack_failure_reason",
-    "write_snapshot",
 ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -294,8 +293,3 @@ class DeliveryOutcome(Protocol):
 def render_snapshot(registry: CollectorRegistry) -> str:
     """The registry in Prometheus text exposition format (what `/metrics` serves)."""
     return generate_latest(registry).decode("utf-8")
-
-
-def write_snapshot(registry: CollectorRegistry, path: Path) -> None:
-    """Write `registry` in the text exposition format to `path`."""
-    path.write_text(render_snapshot(registry), encoding="utf-8")
