@@ -33,7 +33,8 @@ from pydantic_settings import (
 )
 
 from slaguard.audit.engine import DatabaseUrlError, resolve_db_url
-from slaguard.guard.config import ServeGuardConfig
+from slaguard.fleet.validation import Whole
+from slaguard.guard.config import Flag, ServeGuardConfig
 from slaguard.notify.factory import read_secret_file
 from slaguard.service.config_sections import (
     AlertmanagerConfig,
@@ -64,14 +65,14 @@ class ServiceConfig(BaseSettings):
 
     fleet: Path | None = Field(default=None, description="fleet file; default: built-in")
     db: str | None = Field(default=None, description="audit DB URL; default: $SLAGUARD_DB")
-    migrate: bool = Field(default=True, description="create/upgrade the audit schema at start")
+    migrate: Flag = Field(default=True, description="create/upgrade the audit schema at start")
     spill_dir: Path | None = Field(
         default=None,
         description="audit spill journal, one per replica; default beside the SQLite file",
     )
     host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=0, le=65535)
-    max_pending_decisions: int = Field(default=200_000, ge=100, le=10_000_000)
+    port: Whole = Field(default=8080, ge=0, le=65535)
+    max_pending_decisions: Whole = Field(default=200_000, ge=100, le=10_000_000)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
@@ -141,7 +142,9 @@ def _typed(model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(part) for part in loc) or "<top>"
+    """`rollout.stages_pct[1]` from pydantic's ('rollout', 'stages_pct', 1)."""
+    path = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+    return path.lstrip(".") or "<top>"
 
 
 def load_config(
@@ -189,7 +192,7 @@ def _config_error(err: Any, file_source: str, flags: Mapping[str, Any]) -> str:
     field = _field_path(loc)
     value = err.get("input")
     shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
-    env_name = ENV_PREFIX + "__".join(str(p).upper() for p in loc)
+    env_name = ENV_PREFIX + "__".join(p.upper() for p in loc if isinstance(p, str))  # no items
     env_set = {k.upper() for k in os.environ}
     top = str(loc[0]) if loc else ""
     flag = f"--{top.replace('_', '-')}" if top in flags and not isinstance(flags[top], dict) else ""
@@ -209,7 +212,7 @@ def _config_error(err: Any, file_source: str, flags: Mapping[str, Any]) -> str:
     return f"{where}: {field}: {err['msg']}{shown}; fix: {fix}"
 
 
-_TYPE_FIXES = {  # the file's values of the wrong kind (the strict `guard:` fields)
+_TYPE_FIXES = {  # the file's values of the wrong kind (flags, counts and numbers are strict)
     "int_type": "write a whole number, like 3, without quotes",
     "bool_type": "write true or false, without quotes",
     "number_type": "write a number",

@@ -9,6 +9,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from slaguard.fleet.validation import Number, Whole
+from slaguard.guard.config import Flag
+
 ALERT_SEVERITIES = ("critical", "warning")
 """The `severity` labels of slaguard's alerts (alerts/*.yml)."""
 SLAGUARD_ALERTS = frozenset(
@@ -39,16 +42,19 @@ Alertmanager alerts may be listed in `rollback_alerts` with severities of their 
 
 
 class _Section(BaseModel):
+    """As strict as `guard:`: `Flag`s true or false, `Whole` counts as written, `Number`s
+    finite and never true/false."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TelemetryConfig(_Section):
     """Where the hardware picture comes from and when it counts as stale."""
 
-    scrape: bool = Field(default=True, description="pull each target's vLLM-style /metrics")
-    scrape_interval_s: float = Field(default=0.25, gt=0, le=10)
-    scrape_timeout_s: float = Field(default=0.5, gt=0, le=10)
-    stale_after_s: float = Field(
+    scrape: Flag = Field(default=True, description="pull each target's vLLM-style /metrics")
+    scrape_interval_s: Number = Field(default=0.25, gt=0, le=10)
+    scrape_timeout_s: Number = Field(default=0.5, gt=0, le=10)
+    stale_after_s: Number = Field(
         default=1.0, gt=0, le=300, description="older picture: target treated as saturated"
     )
 
@@ -68,24 +74,24 @@ class TelemetryConfig(_Section):
 class GatewayConfig(_Section):
     """The OpenAI-compatible proxy."""
 
-    enabled: bool = True
-    connect_timeout_s: float = Field(default=1.0, gt=0, le=60)
-    first_byte_timeout_s: float = Field(default=30.0, gt=0, le=600)
-    read_timeout_s: float = Field(default=60.0, gt=0, le=3600)
-    chars_per_token: float = Field(
+    enabled: Flag = True
+    connect_timeout_s: Number = Field(default=1.0, gt=0, le=60)
+    first_byte_timeout_s: Number = Field(default=30.0, gt=0, le=600)
+    read_timeout_s: Number = Field(default=60.0, gt=0, le=3600)
+    chars_per_token: Number = Field(
         default=4.0, gt=0, le=64, description="prompt token estimate when none is given"
     )
-    default_max_tokens: int = Field(default=256, ge=1, le=1_000_000)
+    default_max_tokens: Whole = Field(default=256, ge=1, le=1_000_000)
     default_priority: Literal["high", "normal", "low"] = "normal"
-    max_connections: int = Field(default=512, ge=1, le=100_000)
+    max_connections: Whole = Field(default=512, ge=1, le=100_000)
 
 
 class RolloutConfig(_Section):
     """The cold-start plan: round-robin baseline, then the learned share per stage."""
 
-    baseline_s: float = Field(default=86_400.0, ge=0)
-    stage_s: float = Field(default=86_400.0, gt=0)
-    stages_pct: tuple[int, ...] = (10, 50, 100)
+    baseline_s: Number = Field(default=86_400.0, ge=0)
+    stage_s: Number = Field(default=86_400.0, gt=0)
+    stages_pct: tuple[Whole, ...] = (10, 50, 100)
 
     @field_validator("stages_pct")
     @classmethod
@@ -144,5 +150,5 @@ class AlertmanagerConfig(_Section):
 class LoopsConfig(_Section):
     """Periods of the background jobs (the scheduler's own tick/period come from its config)."""
 
-    detectors_s: float = Field(default=1.0, gt=0, le=60)
-    weights_s: float = Field(default=3600.0, gt=0)
+    detectors_s: Number = Field(default=1.0, gt=0, le=60)
+    weights_s: Number = Field(default=3600.0, gt=0)

@@ -1,0 +1,132 @@
+"""Every section of the serve config is as strict as `guard:`: flags are true or false,
+counts whole numbers as written, other numbers finite; environment variables, text by
+nature, are still read as the field's type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slaguard.service.config import ServiceConfigError, load_config
+
+WHOLE = "write a whole number, like 3, without quotes"
+FLAG = "write true or false, without quotes"
+FINITE = "write a finite number"
+NUMBER = "write a number"
+
+
+def _file_error(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "serve.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(ServiceConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert "\n" not in message and "Traceback" not in message
+    return message.removeprefix(f"{path}: ")
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "got", "fix", "variable"),
+    [
+        ("telemetry: {scrape: 'yes'}", "telemetry.scrape", "'yes'", FLAG, "TELEMETRY__SCRAPE"),
+        ("telemetry: {scrape: 1}", "telemetry.scrape", "1", FLAG, "TELEMETRY__SCRAPE"),
+        (
+            "telemetry: {scrape_interval_s: true}",
+            "telemetry.scrape_interval_s",
+            "True",
+            NUMBER,
+            "TELEMETRY__SCRAPE_INTERVAL_S",
+        ),
+        ("gateway: {enabled: 'yes'}", "gateway.enabled", "'yes'", FLAG, "GATEWAY__ENABLED"),
+        (
+            "gateway: {max_connections: 2.5}",
+            "gateway.max_connections",
+            "2.5",
+            WHOLE,
+            "GATEWAY__MAX_CONNECTIONS",
+        ),
+        (
+            "gateway: {default_max_tokens: true}",
+            "gateway.default_max_tokens",
+            "True",
+            WHOLE,
+            "GATEWAY__DEFAULT_MAX_TOKENS",
+        ),
+        (
+            "gateway: {chars_per_token: true}",
+            "gateway.chars_per_token",
+            "True",
+            NUMBER,
+            "GATEWAY__CHARS_PER_TOKEN",
+        ),
+        ("loops: {weights_s: .inf}", "loops.weights_s", "inf", FINITE, "LOOPS__WEIGHTS_S"),
+        ("loops: {detectors_s: true}", "loops.detectors_s", "True", NUMBER, "LOOPS__DETECTORS_S"),
+        ("rollout: {baseline_s: .inf}", "rollout.baseline_s", "inf", FINITE, "ROLLOUT__BASELINE_S"),
+        (
+            "rollout: {stages_pct: [10, 50.0, 100]}",
+            "rollout.stages_pct[1]",
+            "50.0",
+            WHOLE,
+            "ROLLOUT__STAGES_PCT",
+        ),
+        (
+            "rollout: {stages_pct: [true, 50, 100]}",
+            "rollout.stages_pct[0]",
+            "True",
+            WHOLE,
+            "ROLLOUT__STAGES_PCT",
+        ),
+        ("migrate: 'yes'", "migrate", "'yes'", FLAG, "MIGRATE"),
+        ("migrate: 1", "migrate", "1", FLAG, "MIGRATE"),
+        ("port: 8080.0", "port", "8080.0", WHOLE, "PORT"),
+        (
+            "max_pending_decisions: 1000.5",
+            "max_pending_decisions",
+            "1000.5",
+            WHOLE,
+            "MAX_PENDING_DECISIONS",
+        ),
+    ],
+)
+def test_a_loose_value_in_any_section_is_refused_in_one_line(
+    text: str, field: str, got: str, fix: str, variable: str, tmp_path: Path
+) -> None:
+    """`scrape: "yes"` was true, `max_connections: 2.5`... 2, `weights_s: .inf` a
+    refit that never came, `stages_pct: [true, 50, 100]` a 1 % first stage."""
+    message = _file_error(tmp_path, text)
+    assert message.startswith(f"{field}: "), message
+    assert message.endswith(f"(got {got}); fix: {fix} (or set $SLAGUARD_SERVE_{variable})")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "section", "key", "read"),
+    [
+        ("TELEMETRY__SCRAPE", "false", "telemetry", "scrape", False),
+        ("GATEWAY__ENABLED", "true", "gateway", "enabled", True),
+        ("GATEWAY__MAX_CONNECTIONS", "20", "gateway", "max_connections", 20),
+        ("LOOPS__WEIGHTS_S", "60", "loops", "weights_s", 60.0),
+        ("ROLLOUT__STAGES_PCT", "[20, 100]", "rollout", "stages_pct", (20, 100)),
+        ("MIGRATE", "false", "", "migrate", False),
+        ("PORT", "9000", "", "port", 9000),
+        ("MAX_PENDING_DECISIONS", "1000", "", "max_pending_decisions", 1000),
+    ],
+)
+def test_environment_variables_are_still_read_as_the_fields_type(
+    variable: str, value: str, section: str, key: str, read: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(f"SLAGUARD_SERVE_{variable}", value)
+    config = load_config()
+    assert getattr(getattr(config, section) if section else config, key) == read
+
+
+def test_an_infinite_environment_number_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SLAGUARD_SERVE_LOOPS__WEIGHTS_S", "inf")
+    with pytest.raises(ServiceConfigError) as err:
+        load_config()
+    assert str(err.value) == (
+        "$SLAGUARD_SERVE_LOOPS__WEIGHTS_S: loops.weights_s: Input should be a finite number "
+        "(got 'inf'); fix: correct the variable or unset it"
+    )
