@@ -361,7 +361,11 @@ def test_long_and_token_id_prompts_pass_and_an_impossible_one_is_a_422(stack: St
     too_long = _chat(4, text="x" * 600_000)
     r = stack.client.post("/v1/chat/completions", json=too_long, headers={"X-Request-Id": "nf-1"})
     assert r.status_code == 422 and "retry-after" not in r.headers
-    assert r.json()["error"].startswith("messages: ") and "context window" in r.json()["error"]
+    assert r.json()["error"] == (
+        "messages: the prompt (~150000 tokens at 4 characters a token) and 4 new tokens make "
+        "~150004, above 131072, the most any llama3.1-8b target takes (its context window); "
+        "fix: send a shorter one or fewer max_tokens"
+    )
     assert stack.service.runtime.finished_count == completed
     # refused as a client error: no anonymous no_capacity row in the audit either
     writer = stack.service.runtime.writer

@@ -139,7 +139,8 @@ def test_a_route_no_target_could_ever_take_is_a_422(
     api: Api, tokens: tuple[int, int], field: str
 ) -> None:
     """It was a 200 no_capacity (retried as a capacity problem) and audited, where the
-    gateway answered the same request 422: retrying cannot help."""
+    gateway answered the same request 422: retrying cannot help. The counts were given
+    exactly: the line said "~N tokens" and no limit to keep under."""
     api.routed("warm-up")  # every picture fresh: only the size can refuse it
     rt = api.service.runtime
     pending, decisions = len(rt.pending), _decisions(api)
@@ -147,8 +148,12 @@ def test_a_route_no_target_could_ever_take_is_a_422(
     body = {**SMALL, "prompt_tokens": tokens[0], "max_new_tokens": tokens[1]}
     r = api.post("/v1/route", {**body, "request_id": request_id})
     assert r.status_code == 422, r.text
-    assert r.json()["error"].startswith(f"{field}: the prompt (~{tokens[0]} tokens)")
-    assert "context window" in r.json()["error"]
+    total = sum(tokens)
+    assert r.json()["error"] == (
+        f"{field}: prompt_tokens + max_new_tokens is {tokens[0]} + {tokens[1]} = {total}, "
+        "above 131072, the most any llama3.1-8b target takes (its context window); fix: send "
+        "at most 131072 tokens in all (retrying cannot help)"
+    )
     assert decisions > 0 and (len(rt.pending), _decisions(api)) == (pending, decisions)
     api.flushed()
     with pytest.raises(UnknownRequestError):

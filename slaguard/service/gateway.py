@@ -159,7 +159,14 @@ async def _proxy(
         routed = rt.decide(req, record=False)
     except NeverFitsError as exc:  # a client error: no SLA miss, no audit record
         where = "prompt" if isinstance(body, CompletionRequest) else "messages"
-        raise FieldError(where, f"{exc}; send a shorter one or fewer max_tokens") from None
+        about = "~" if text else ""  # token ids are counted, text is estimated
+        estimate = f" at {g.chars_per_token:g} characters a token" if text else ""
+        raise FieldError(
+            where,
+            f"the prompt ({about}{req.prompt_tokens} tokens{estimate}) and {req.max_new_tokens} "
+            f"new tokens make {about}{exc.tokens}, {exc.over}; fix: send a shorter one or "
+            "fewer max_tokens",
+        ) from None
     decide_s = time.perf_counter() - started
     entry = routed.entry
     if entry.target_index is None:

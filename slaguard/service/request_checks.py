@@ -4,7 +4,9 @@ Each is a client error (422) to fix, never a capacity problem to retry."""
 
 from __future__ import annotations
 
-from slaguard.fleet import Fleet, Priority
+import math
+
+from slaguard.fleet import Fleet, Priority, Request, Target
 from slaguard.scheduler.explain import Decision, Reason
 
 
@@ -17,8 +19,16 @@ class FieldError(ValueError):
 
 
 class NeverFitsError(ValueError):
-    """No target serving the request's model could ever take it (the message says why):
-    a client error to fix, not a capacity problem to retry; nothing is recorded."""
+    """No target serving the request's model could ever take it: its prompt and new tokens
+    together are above `limit`, the most any of them holds (`bound` says what sets it). A
+    client error to fix, not a capacity problem to retry; nothing is recorded."""
+
+    def __init__(self, request: Request, limit: int, bound: str) -> None:
+        self.tokens = request.prompt_tokens + request.max_new_tokens
+        self.limit = limit
+        self.over = f"above {limit}, the most any {request.model_id} target takes ({bound})"
+        """The limit and what sets it, for a message that counts the tokens its own way."""
+        super().__init__(f"{self.tokens} tokens (prompt and new) are {self.over}")
 
 
 class RequestChecks:
@@ -55,18 +65,29 @@ class RequestChecks:
                 f"{[p.value for p in Priority if p in served]}",
             )
 
-    def never_fits(self, decision: Decision) -> str | None:
+    def never_fits(self, decision: Decision) -> NeverFitsError | None:
         """Why no target serving the request's model could ever take it (its tokens past
-        every context window or KV budget), or None."""
-        e, req = decision.explanation, decision.request
+        every context window or KV cache budget), or None."""
+        e = decision.explanation
         if decision.target is not None or len(e.candidates) == 0:
             return None
         for index, reason in zip(e.candidates.tolist(), e.reasons.tolist(), strict=True):
             target = self.fleet.targets[index]
             if reason != Reason.CONTEXT and e.v_peak_gb <= target.kv_budget_gb:
                 return None
-        largest = max(self.fleet.targets[i].model.context_window for i in e.candidates.tolist())
-        return (
-            f"the prompt (~{req.prompt_tokens} tokens) and {req.max_new_tokens} new tokens "
-            f"exceed every {req.model_id} target's context window ({largest}) or KV budget"
-        )
+        limit, bound = max(_token_limit(self.fleet.targets[i]) for i in e.candidates.tolist())
+        return NeverFitsError(decision.request, limit, bound)
+
+
+def _token_limit(target: Target) -> tuple[int, str]:
+    """The most tokens (prompt and new) one request may hold on an idle `target`, and what
+    sets it: the router's context and KV tests (`Router._eligibility`), solved for tokens."""
+    per_token = target.model.kv_bytes_per_token
+    kv_tokens = math.floor(target.kv_budget_gb * 1e9 / per_token)
+    while per_token * (kv_tokens + 1) / 1e9 <= target.kv_budget_gb:  # float rounding
+        kv_tokens += 1
+    while per_token * kv_tokens / 1e9 > target.kv_budget_gb:
+        kv_tokens -= 1
+    if target.model.context_window <= kv_tokens:
+        return target.model.context_window, "its context window"
+    return kv_tokens, f"its KV cache budget, {target.kv_budget_gb:.2f} GB"

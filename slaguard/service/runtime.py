@@ -37,7 +37,7 @@ from slaguard.service.config import ServiceConfig
 from slaguard.service.gateway_metrics import GatewayMetrics
 from slaguard.service.modes import ModeSource
 from slaguard.service.pending import Finished, Pending, Routed, sla_met
-from slaguard.service.request_checks import NeverFitsError, RequestChecks
+from slaguard.service.request_checks import RequestChecks
 from slaguard.service.store import DecisionStore
 from slaguard.telemetry.metrics import SlaguardMetrics
 
@@ -136,8 +136,8 @@ class ServiceRuntime:
         decision = self.scheduler.decide(request, now, mode)
         latency = time.perf_counter() - started
         target = decision.target
-        if target is None and (impossible := self.checks.never_fits(decision)) is not None:
-            raise NeverFitsError(impossible)
+        if target is None and (never_fits := self.checks.never_fits(decision)) is not None:
+            raise never_fits
         handed = (
             None if target is None else (target.card.id, target.model.id, request.prompt_tokens)
         )

@@ -166,7 +166,12 @@ async def route(request: Request) -> Response:
         routed = rt.decide(req)
     except NeverFitsError as exc:
         field = "max_new_tokens" if body.max_new_tokens > body.prompt_tokens else "prompt_tokens"
-        return error_response(422, f"{field}: {exc}; fix: send fewer tokens (retrying cannot help)")
+        return error_response(
+            422,
+            f"{field}: prompt_tokens + max_new_tokens is {body.prompt_tokens} + "
+            f"{body.max_new_tokens} = {exc.tokens}, {exc.over}; fix: send at most {exc.limit} "
+            "tokens in all (retrying cannot help)",
+        )
     explanation = routed.decision.explanation.to_dict() if explain_it else None
     return json_response(route_body(rt, routed.entry, explanation, explain_it))
 
