@@ -133,7 +133,7 @@ def test_emulate_refuses_a_taken_or_impossible_port_in_one_line() -> None:
     )
     huge = CliRunner().invoke(app, ["emulate", "--card", "l40s", "--port", "99999"])
     assert huge.exit_code == 2 and huge.stderr == (
-        "error: --port: 99999 is not in the range 1<=x<=65535; see 'slaguard emulate --help'\n"
+        "error: --port: 99999 is out of range; fix: use a port from 1 to 65535\n"
     )
 
 

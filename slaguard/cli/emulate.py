@@ -10,6 +10,7 @@ from slaguard.cli.listen import SERVER_SETTINGS, check_can_listen
 from slaguard.emulator.app import create_emulator_app
 from slaguard.fleet import FleetError, Target, build_fleet
 from slaguard.fleet.catalogue import builtin_cards, builtin_models
+from slaguard.service.listen_port import port_problem
 
 _SOURCE = "emulate"
 
@@ -18,13 +19,15 @@ def emulate(
     card: str = typer.Option(..., "--card", help="Card type, e.g. l40s, h100, ascend910b."),
     model: str = typer.Option("llama3.1-8b", "--model", help="Model id from the catalogue."),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel size."),
-    port: int = typer.Option(8000, "--port", min=1, max=65535, help="Listen port."),
+    port: int = typer.Option(8000, "--port", help="Listen port (1 to 65535)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Listen address."),
     speedup: float = typer.Option(
         1.0, "--speedup", help="Run this many times faster than the card (tests, demos)."
     ),
 ) -> None:
     """Serve an OpenAI-compatible emulated replica with vLLM-style /metrics."""
+    if (problem := port_problem(port, any_free=False)) is not None:
+        fail(f"--port: {problem}")
     if not 0 < speedup <= 10_000:
         fail(f"--speedup: {speedup} is out of range; fix: use a value in (0, 10000]")
     target = _target(card, model, tp)

@@ -43,6 +43,7 @@ from slaguard.service.config_sections import (
     RolloutConfig,
     TelemetryConfig,
 )
+from slaguard.service.listen_port import port_problem
 from slaguard.userfiles import load_user_yaml
 
 ENV_PREFIX = "SLAGUARD_SERVE_"
@@ -71,7 +72,7 @@ class ServiceConfig(BaseSettings):
         description="audit spill journal, one per replica; default beside the SQLite file",
     )
     host: str = "127.0.0.1"
-    port: Whole = Field(default=8080, ge=0, le=65535)
+    port: Whole = 8080
     max_pending_decisions: Whole = Field(default=200_000, ge=100, le=10_000_000)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
@@ -97,6 +98,13 @@ class ServiceConfig(BaseSettings):
                 "variable) for its default"
             )
         return value
+
+    @field_validator("port")
+    @classmethod
+    def _a_port(cls, port: int) -> int:
+        if (problem := port_problem(port, any_free=True)) is not None:
+            raise ValueError(problem)
+        return port
 
     @classmethod
     def settings_customise_sources(
@@ -200,7 +208,9 @@ def _config_error(err: Any, file_source: str, flags: Mapping[str, Any]) -> str:
         where = file_source if file_source != "environment" else f"${env_name}"
         return f"{where}: {field}: unknown setting; fix: {_unknown_key_fix(loc)}"
     if err["type"] == "value_error":  # a check of ours: its message names the fix
-        where = flag or (f"${env_name}" if env_name in env_set else file_source)
+        if flag:
+            return f"{flag}: {err['ctx']['error']}"
+        where = f"${env_name}" if env_name in env_set else file_source
         return f"{where}: {field}: {err['ctx']['error']}"
     if flag:
         return f"{flag}: {err['msg']}{shown}; fix: pass a valid value"
