@@ -3,12 +3,15 @@ argument and where help is, exit 2 (they were a usage line, a hint and a boxed m
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
 from slaguard.cli.main import app
 
 runner = CliRunner()
+HELP_POINTER = re.compile(r"(; see|\? See) 'slaguard[a-z ]* --help'\n\Z")
 
 
 @pytest.mark.parametrize(
@@ -37,7 +40,16 @@ runner = CliRunner()
         ),
         (["simulat"], "no such command 'simulat'; did you mean 'simulate', 'emulate'? See "),
         (["--verbose"], "no such option: --verbose; see 'slaguard --help'"),
-        (["simulate", "--duration"], "option '--duration' requires an argument"),
+        (
+            ["simulate", "--duration"],
+            "option '--duration' requires an argument; see 'slaguard simulate --help'",
+        ),
+        (
+            ["audit", "decisions", "--since"],
+            "option '--since' requires an argument; see 'slaguard audit decisions --help'",
+        ),
+        (["rollback", "--reason"], "option '--reason' requires an argument; see 'slaguard "),
+        (["rollback", "--hold=yes"], "option '--hold' does not take a value; see 'slaguard "),
         (
             ["rollback", "--hold", "x"],
             "got unexpected extra argument(s) (x); see 'slaguard rollback ",
@@ -48,6 +60,7 @@ def test_a_usage_error_is_one_error_line(args: list[str], line: str) -> None:
     result = runner.invoke(app, args)
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr.startswith(f"error: {line}") and result.stderr.count("\n") == 1
+    assert HELP_POINTER.search(result.stderr), "every usage error ends pointing at help"
 
 
 def test_help_and_a_bare_group_still_print_help() -> None:

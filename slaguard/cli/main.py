@@ -17,7 +17,7 @@ from typer._click.exceptions import UsageError
 from typer.core import TyperCommand, TyperGroup
 
 from slaguard.cli.stdout import run_guarded
-from slaguard.cli.usage import fail_usage
+from slaguard.cli.usage import UsageContext, fail_usage, use_usage_context
 
 
 @dataclass(frozen=True)
@@ -94,11 +94,14 @@ def load_command(name: str, entry: CommandEntry) -> Any:
         wrapper.command(name)(target)
         command = typer.main.get_command(wrapper)
     command.name = name
+    use_usage_context(command)
     return command
 
 
 class LazyCommands(TyperGroup):
     """A group whose commands are imported on first use; help lists them from `COMMANDS`."""
+
+    context_class = UsageContext
 
     def __init__(self, **attrs: Any) -> None:
         super().__init__(**attrs)

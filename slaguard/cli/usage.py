@@ -2,13 +2,16 @@
 argument) as one `error:` line, exit 2, like every other user mistake.
 
 Typer drew them as a usage line, a hint and a boxed message: three to six lines, in a
-form no other refusal of the command line takes.
+form no other refusal of the command line takes. Each ends pointing at its command's help.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
+from typer._click.core import Command, Context
 from typer._click.exceptions import (
     BadParameter,
     MissingParameter,
@@ -64,6 +67,29 @@ def usage_line(exc: UsageError) -> str:
         text += " See" if text.endswith("?") else "; see"
         text += f" '{exc.ctx.command_path} --help'"
     return text
+
+
+class UsageContext(Context):
+    """A context that names its command in the usage errors raised while it parses: the
+    parser raises "option '--since' requires an argument" without one, and that line
+    alone did not say where help is."""
+
+    @contextmanager
+    def scope(self, cleanup: bool = True) -> Iterator[Context]:
+        try:
+            with super().scope(cleanup=cleanup) as ctx:
+                yield ctx
+        except UsageError as exc:
+            if exc.ctx is None:
+                exc.ctx, exc.cmd = self, self.command
+            raise
+
+
+def use_usage_context(command: Command) -> None:
+    """`command` and every command under it parse in a `UsageContext`."""
+    command.context_class = UsageContext
+    for sub in getattr(command, "commands", {}).values():
+        use_usage_context(sub)
 
 
 def fail_usage(exc: UsageError) -> NoReturn:
