@@ -4,6 +4,7 @@ argument and where help is, exit 2 (they were a usage line, a hint and a boxed m
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -76,3 +77,43 @@ def test_dash_h_is_help_everywhere(args: list[str]) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0 and "Usage: slaguard" in result.output, result.output
     assert result.output == runner.invoke(app, [*args[:-1], "--help"]).output
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "value"),
+    [
+        (["audit", "decisions", "--target", "--db", "x.db"], "--target", "--db"),
+        (["audit", "decisions", "--model", "--since", "now"], "--model", "--since"),
+        (["audit", "decisions", "--since", "--until", "now"], "--since", "--until"),
+        (["audit", "incident", "1", "--plot", "--db", "x.db"], "--plot", "--db"),
+        (["audit", "summary", "--fleet", "--db", "x.db"], "--fleet", "--db"),
+        (["audit", "prune", "--older-than", "--dry-run"], "--older-than", "--dry-run"),
+        (["history", "--db", "--until", "now"], "--db", "--until"),
+        (["incidents", "--since", "--open"], "--since", "--open"),
+        (["status", "--window", "--json"], "--window", "--json"),
+        (["db", "upgrade", "--revision", "--db", "x.db"], "--revision", "--db"),
+        (["simulate", "--audit-db", "--duration", "5"], "--audit-db", "--duration"),
+        (["dashboards", "queries", "--var", "--help"], "--var", "--help"),
+        (["rollback", "--reason", "drill", "--actor", "--hold"], "--actor", "--hold"),
+    ],
+)
+def test_an_option_taken_as_a_value_is_refused(
+    args: list[str], flag: str, value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--target --db x.db` filtered on a target named `--db` and read the default
+    database: only `rollback` and `resume` refused a value that is the next flag."""
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, args)
+    assert (result.exit_code, result.stdout) == (2, ""), result.output
+    assert result.stderr.startswith(
+        f"error: {flag}: '{value}' looks like an option, not a value; fix: "
+    ), result.stderr
+    assert HELP_POINTER.search(result.stderr) and list(tmp_path.iterdir()) == []
+
+
+def test_a_relative_time_with_one_dash_is_still_a_value(tmp_path: Path) -> None:
+    db = str(tmp_path / "audit.db")
+    assert runner.invoke(app, ["db", "upgrade", "--db", db]).exit_code == 0
+    for args in (["history", "--since", "-2h"], ["audit", "decisions", "--since", "-30m"]):
+        result = runner.invoke(app, [*args, "--db", db])
+        assert result.exit_code == 0 and "(0 rows)" in result.stdout, result.output

@@ -54,7 +54,6 @@ def _actor(value: str | None) -> str:
         name = value.strip()
         if not name:
             fail("--actor: empty; give a name, or leave it out to use the OS user")
-        _not_an_option("--actor", name)
         if len(name) > _MAX_ACTOR or not name.isprintable():
             fail(
                 f"--actor: {name[:40]!r} is not a name on one line of at most {_MAX_ACTOR} "
@@ -67,22 +66,10 @@ def _actor(value: str | None) -> str:
         return "unknown"
 
 
-def _not_an_option(flag: str, value: str) -> None:
-    """`rollback --reason --hold` gave `--hold` as the reason and rolled back without the
-    hold (`--reason --help` switched the fleet too): a value that reads as an option is
-    refused, since these commands act at once."""
-    if value.startswith("--"):
-        fail(
-            f"{flag}: {value.split()[0]!r} looks like an option, not a value; fix: give the "
-            f"value right after {flag}, quoted, e.g. {flag} 'l40s tier TTFT 3x since 14:02'"
-        )
-
-
 def _reason(value: str | None, default: str | None = None) -> str:
     text = (value or "").strip() or default
     if not text:
         fail("--reason: required; say why, e.g. --reason 'l40s tier TTFT 3x since 14:02'")
-    _not_an_option("--reason", text)
     return text
 
 

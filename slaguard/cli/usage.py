@@ -3,15 +3,17 @@ argument) as one `error:` line, exit 2, like every other user mistake.
 
 Typer drew them as a usage line, a hint and a boxed message: three to six lines, in a
 form no other refusal of the command line takes. Each ends pointing at its command's help.
+An option's value that is the next flag (`rollback --reason --hold`) is one of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import PurePath
 from typing import Any, NoReturn
 
-from typer._click.core import Command, Context
+from typer._click.core import Command, Context, ParameterSource
 from typer._click.exceptions import (
     BadParameter,
     MissingParameter,
@@ -20,6 +22,7 @@ from typer._click.exceptions import (
     UsageError,
 )
 from typer._display import describe_number_range
+from typer.core import TyperOption
 
 from slaguard.cli.errors import fail
 
@@ -69,20 +72,47 @@ def usage_line(exc: UsageError) -> str:
     return text
 
 
+def refuse_options_as_values(ctx: Context) -> None:
+    """A value given on the command line that starts with `--` is the next flag, taken
+    as the value: `rollback --reason --hold` rolled back without the hold, `audit decisions
+    --target --db x.db` filtered on a target `--db` in the default database. A relative
+    time has one dash (`--since -2h`)."""
+    for param in ctx.command.params:
+        if not isinstance(param, TyperOption) or param.is_flag or param.name is None:
+            continue
+        if ctx.get_parameter_source(param.name) is not ParameterSource.COMMANDLINE:
+            continue
+        value = ctx.params.get(param.name)
+        for item in value if isinstance(value, list | tuple) else [value]:
+            words = str(item).split() if isinstance(item, str | PurePath) else []
+            if words and words[0].startswith("--"):
+                raise BadParameter(
+                    f"{words[0]!r} looks like an option, not a value; fix: give the value "
+                    f"right after {param.opts[0]}",
+                    ctx=ctx,
+                    param=param,
+                )
+
+
 class UsageContext(Context):
-    """A context that names its command in the usage errors raised while it parses: the
+    """A context that names its command in the usage errors raised while it parses (the
     parser raises "option '--since' requires an argument" without one, and that line
-    alone did not say where help is."""
+    alone did not say where help is), and refuses an option taken as a value."""
 
     @contextmanager
     def scope(self, cleanup: bool = True) -> Iterator[Context]:
+        """Click parses a command's line in this scope (`Command.make_context`)."""
         try:
             with super().scope(cleanup=cleanup) as ctx:
                 yield ctx
         except UsageError as exc:
+            # `--target --db x.db` also left `x.db` as an extra argument: the cause first
+            refuse_options_as_values(self)
             if exc.ctx is None:
                 exc.ctx, exc.cmd = self, self.command
             raise
+        if not self.resilient_parsing:
+            refuse_options_as_values(self)
 
 
 def use_usage_context(command: Command) -> None:
