@@ -97,6 +97,17 @@ def test_policy_takes_the_arm_spelt_as_simulate_spells_it(db: str) -> None:
     assert set(pd.read_csv(io.StringIO(dashed))["policy_arm"]) == {"round_robin"}
 
 
+@pytest.mark.parametrize("dashed", ["held-round-robin", "round-robin"])
+def test_mode_takes_the_hyphen_spelling_as_policy_does(db: str, dashed: str) -> None:
+    """`--policy round-robin` was taken, `--mode round-robin` refused as an unknown mode."""
+    args = ("audit", "decisions", "--db", db, *WINDOW, "-f", "csv", "--limit", "0")
+    stored = dashed.replace("-", "_")
+    answer = ok(*args, "--mode", dashed)
+    assert answer == ok(*args, "--mode", stored)
+    held = [d for d in RUN.decisions if d.fleet_mode == stored]  # RUN has no round_robin
+    assert len(pd.read_csv(io.StringIO(answer))) == len(held)
+
+
 def test_explain_shows_candidates_rejections_and_weights(db: str) -> None:
     rec = next(d for d in RUN.decisions if d.target_id is not None)
     table = ok("audit", "explain", rec.request_id, "--db", db)

@@ -126,14 +126,15 @@ def _policy_arm(arm: str) -> str:
 
 
 def _mode_label(label: str) -> str:
-    """A fleet mode as stored (`rollout(010)` matched nothing, silently), or one line."""
+    """A fleet mode as stored (`rollout(010)` matched nothing, silently), also spelt with
+    hyphens as `--policy` takes them (`round-robin`, `held-round-robin`), or one line."""
     try:
-        return FleetMode.parse(label).label
+        return FleetMode.parse(label.replace("-", "_")).label
     except ValueError:
         fail(
-            f"--mode: unknown fleet mode {label!r}; use round_robin, held_round_robin, "
-            "learned or rollout(N) with N in 1..100 (the plan's stages: 10, 50, 100; a resume "
-            "--stage can enter any)"
+            f"--mode: unknown fleet mode {label!r}; use round_robin, held_round_robin "
+            "(or round-robin, held-round-robin), learned or rollout(N) with N in 1..100 (the "
+            "plan's stages: 10, 50, 100; a resume --stage can enter any)"
         )
 
 
