@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 from test_audit_cli import START_S, ok
+from typer.testing import CliRunner
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
 from slaguard.audit.sample import load_run, synthetic_run
+from slaguard.cli.main import app
+from slaguard.guard.status_rows import INCIDENT_COLUMNS
 
 
 def hex_id(i: int, width: int = 48) -> str:
@@ -63,6 +66,23 @@ def test_incident_times_subject_and_thread_are_never_cut(hex_db: str) -> None:
     assert cells[1] == opened.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     assert cells[2].startswith("2026-") and len(cells[2]) == len(cells[1])
     assert cells[5] == stored.subject and cells[-1] == stored.slack_ts
+
+
+@pytest.mark.parametrize("columns", ["60", "80"])
+def test_narrow_headers_are_folded_not_cut(hex_db: str, tmp_path: Path, columns: str) -> None:
+    """With a summary too long for the width the data cells wrapped, but the headers were
+    cut to `notification_s…` and `messages_waiti…`: every header is shown whole, folded."""
+    db = tmp_path / "summary.db"
+    db.write_bytes(Path(hex_db).read_bytes())
+    summary = "learned arm violates the SLA at 40.00% vs round-robin 3.33% (> x1.05) " * 3
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE incidents SET evidence = ?", (json.dumps({"summary": summary}),))
+    result = CliRunner().invoke(app, ["incidents", "--db", str(db)], env={"COLUMNS": columns})
+    assert result.exit_code == 0, result.output
+    header_lines = [line for line in result.stdout.splitlines() if line.startswith("┃")]
+    pieces = [[cell.strip() for cell in line.split("┃")[1:-1]] for line in header_lines]
+    headers = ["".join(column) for column in zip(*pieces, strict=True)]
+    assert headers == INCIDENT_COLUMNS and "…" not in result.stdout
 
 
 def test_a_table_without_request_ids_keeps_its_width(hex_db: str) -> None:

@@ -66,12 +66,17 @@ def _whole(frame: pd.DataFrame, name: str) -> bool:
 
 
 def frame_table(frame: pd.DataFrame, title: str) -> Table:
-    """A DataFrame as a rich Table, numbers right-aligned and compact."""
+    """A DataFrame as a rich Table, numbers right-aligned and compact. A column too narrow
+    for a word folds it (rich's default cut headers to `notification_s…` on a narrow table
+    whose data cells wrapped)."""
     table = Table(title=plain(title), title_justify="left")
     for name in frame.columns:
         numeric = pd.api.types.is_numeric_dtype(frame[name].dtype)
         table.add_column(
-            plain(name), justify="right" if numeric else "left", no_wrap=_whole(frame, name)
+            plain(name),
+            justify="right" if numeric else "left",
+            no_wrap=_whole(frame, name),
+            overflow="fold",
         )
     for row in frame.itertuples(index=False):
         table.add_row(*(plain(v) for v in row))
