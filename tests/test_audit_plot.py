@@ -20,7 +20,7 @@ from matplotlib.dates import date2num
 from matplotlib.figure import Figure
 from test_audit_cli import ok
 
-from slaguard.audit import service
+from slaguard.audit import plot, service
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
 from slaguard.audit.plot import incident_figure
@@ -121,3 +121,75 @@ def test_nothing_is_drawn_past_now(short_run: str) -> None:
         )
     finally:
         plt.close(fig)
+
+
+def test_a_window_without_a_switch_is_banded_with_the_mode_in_force(short_run: str) -> None:
+    """No switch in the window drew no mode band: the reader could not tell which mode
+    the fleet was in."""
+    engine = create_audit_engine(f"sqlite:///{short_run}")
+    now = datetime.fromtimestamp(START_S + 3600, UTC)
+    timeline = service.incident_timeline(engine, 1, now=now)
+    series = service.ttft_p99_series(engine, *timeline.window)
+    engine.dispose()
+    quiet = dataclasses.replace(timeline, mode_changes=timeline.mode_changes.iloc[0:0])
+    fig = incident_figure(quiet, series, now, mode_in_force="held_round_robin")
+    try:
+        band = fig.axes[-1]
+        assert len(fig.axes) == 2 and len(band.patches) == 1
+        left, right = band.get_xlim()
+        extents = band.patches[0].get_extents()
+        x0, _ = band.transData.transform((left, 0))
+        x1, _ = band.transData.transform((right, 0))
+        assert (extents.x0, extents.x1) == pytest.approx((x0, x1), abs=0.5)
+        assert [t.get_text() for t in band.get_legend().texts] == ["held_round_robin"]
+        assert band.get_legend().get_title().get_text() == "fleet mode (0 switches)"
+    finally:
+        plt.close(fig)
+
+
+def quiet_run(tmp: Path, switches: list[ModeChangeRecord], evidence: dict[str, object]) -> str:
+    """`short_run`'s traffic with these switches instead, its incident with `evidence`."""
+    run = synthetic_run(120, start_s=START_S, duration_s=150.0, seed=3)
+    run = dataclasses.replace(
+        run,
+        mode_changes=switches,
+        incident=dataclasses.replace(run.incident, evidence=evidence),
+    )
+    engine = create_audit_engine(f"sqlite:///{tmp / 'quiet.db'}")
+    upgrade(engine)
+    load_run(engine, run, tmp / "spill")
+    engine.dispose()
+    return str(tmp / "quiet.db")
+
+
+@pytest.mark.parametrize(
+    ("switches", "evidence", "mode"),
+    [
+        (  # switched to learned two hours before: the window is all learned
+            [ModeChangeRecord(START_S - 7200, "round_robin", "learned", "plan", "guard", {})],
+            {},
+            "learned",
+        ),
+        (  # never switched: the mode the guard booked on the incident
+            [],
+            {"guard": {"mode_before": "round_robin", "mode_after": "round_robin"}},
+            "round_robin",
+        ),
+    ],
+)
+def test_the_cli_plots_the_mode_in_force_when_no_switch_is_in_the_window(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    switches: list[ModeChangeRecord],
+    evidence: dict[str, object],
+    mode: str,
+) -> None:
+    db = quiet_run(tmp_path, switches, evidence)
+    drawn: list[str | None] = []
+
+    def plot_incident(*args: object, mode_in_force: str | None = None) -> None:
+        drawn.append(mode_in_force)
+
+    monkeypatch.setattr(plot, "plot_incident", plot_incident)
+    ok("audit", "incident", "1", "--db", db, "--plot", str(tmp_path / "quiet.png"))
+    assert drawn == [mode]

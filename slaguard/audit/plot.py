@@ -5,7 +5,9 @@ grey lines, so a 19-target fleet stays readable. Every point has a marker: a tar
 one per-minute bucket (or one between gaps) is a line of one point, which drew nothing.
 The incident span is shaded. Switches are dashed lines; the fleet mode over time is a
 coloured band under the plot with the modes in a legend: labels written at each switch
-piled up into one unreadable block when a few minutes held ten of them.
+piled up into one unreadable block when a few minutes held ten of them. A window without a
+switch is banded with the mode in force throughout: without a band the reader could not
+tell which mode the fleet was in.
 """
 
 from __future__ import annotations
@@ -39,14 +41,20 @@ def _x(moment: datetime) -> float:
     return float(date2num(moment))  # type: ignore[no-untyped-call]
 
 
-def incident_figure(tl: IncidentTimeline, series: pd.DataFrame, now: datetime) -> Figure:
+def incident_figure(
+    tl: IncidentTimeline, series: pd.DataFrame, now: datetime, mode_in_force: str | None = None
+) -> Figure:
     """The figure of `series` (bucket x target TTFT p99) around incident `tl`, up to `now`
     at most: a window reaching past it (30 min after a recent resolution) had the last
-    mode painted over a future no data or switch can be in."""
+    mode painted over a future no data or switch can be in. `mode_in_force` bands a
+    window `tl` holds no switch for."""
     changes = tl.mode_changes
+    modes = [changes["from_mode"].iloc[0], *changes["to_mode"]] if len(changes) else []
+    if not modes and mode_in_force is not None:
+        modes = [mode_in_force]
     fig, axes = plt.subplots(
-        2 if len(changes) else 1, 1, figsize=(12, 6), dpi=100, sharex=True, squeeze=False,
-        gridspec_kw={"height_ratios": [14, 1]} if len(changes) else None,
+        2 if modes else 1, 1, figsize=(12, 6), dpi=100, sharex=True, squeeze=False,
+        gridspec_kw={"height_ratios": [14, 1]} if modes else None,
     )  # fmt: skip
     ax, bottom = axes[0][0], axes[-1][0]
     if not series.empty:
@@ -69,8 +77,8 @@ def incident_figure(tl: IncidentTimeline, series: pd.DataFrame, now: datetime) -
     ax.set_title(f"incident {tl.incident.id}: {tl.incident.record.subject}"[:110])
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
-    if len(changes):
-        _mode_band(bottom, changes, start, end)
+    if modes:
+        _mode_band(bottom, modes, changes, start, end)
     locator = AutoDateLocator(tz=UTC)  # type: ignore[no-untyped-call]
     bottom.xaxis.set_major_locator(locator)
     bottom.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=UTC))  # type: ignore[no-untyped-call]
@@ -79,10 +87,12 @@ def incident_figure(tl: IncidentTimeline, series: pd.DataFrame, now: datetime) -
     return fig
 
 
-def _mode_band(ax: Axes, changes: pd.DataFrame, start: datetime, end: datetime) -> None:
-    """The fleet mode from `start` to `end` as coloured spans, one colour per mode."""
+def _mode_band(
+    ax: Axes, modes: list[str], changes: pd.DataFrame, start: datetime, end: datetime
+) -> None:
+    """The fleet `modes` from `start` to `end` as coloured spans, one colour per mode,
+    the switches in `changes` between them."""
     ats = [max(start, min(end, at.to_pydatetime())) for at in changes["at"]]
-    modes = [changes["from_mode"].iloc[0], *changes["to_mode"]]
     bounds = [start, *ats, end]
     palette: list[tuple[float, float, float]] = list(plt.get_cmap("Pastel1").colors)  # type: ignore[attr-defined]
     colours: dict[str, tuple[float, float, float]] = {}
@@ -102,9 +112,15 @@ def _mode_band(ax: Axes, changes: pd.DataFrame, start: datetime, end: datetime) 
               title=f"fleet mode ({counted(len(changes), 'switch', 'switches')})")  # fmt: skip
 
 
-def plot_incident(tl: IncidentTimeline, series: pd.DataFrame, path: Path, now: datetime) -> None:
+def plot_incident(
+    tl: IncidentTimeline,
+    series: pd.DataFrame,
+    path: Path,
+    now: datetime,
+    mode_in_force: str | None = None,
+) -> None:
     """Write a PNG of `series` (bucket x target TTFT p99) around incident `tl`."""
-    fig = incident_figure(tl, series, now)
+    fig = incident_figure(tl, series, now, mode_in_force)
     try:
         fig.savefig(path, format="png")
     finally:
