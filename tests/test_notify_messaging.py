@@ -51,6 +51,44 @@ def test_opened_message_carries_everything_an_on_call_needs() -> None:
     )
 
 
+RESUME = "slaguard resume --stage 10 --reason 'incident inc-300-1 reviewed'"
+
+
+@pytest.mark.parametrize(
+    ("guard_db_url", "command"),
+    [
+        (
+            "postgresql+psycopg://slaguard:s3cret@db.internal:5432/audit",
+            f"{RESUME} --db 'postgresql+psycopg://slaguard:***@db.internal:5432/audit'",
+        ),
+        (
+            "sqlite:////var/lib/slaguard/audit.db",
+            f"{RESUME} --db sqlite:////var/lib/slaguard/audit.db",
+        ),
+        ("sqlite:///slaguard.db", RESUME),  # the default: what the command reads without --db
+    ],
+)
+def test_the_resume_command_acts_on_the_guards_database(guard_db_url: str, command: str) -> None:
+    """Without `--db` an on-call copying the command resumed ./slaguard.db, not the
+    database the guard tripped in; its password stays hidden."""
+    event = incident()
+    msg = build_message(event, replace(LINKS, guard_db_url=guard_db_url))
+    assert resume_command(event, guard_db_url) == command
+    section = next(b["text"]["text"] for b in msg.blocks if "slaguard resume" in repr(b))
+    assert section == f"To resume the learned policy once it is safe:\n`{command}`"
+    assert "s3cret" not in repr(msg.blocks) + msg.text
+
+
+def test_a_resume_command_whose_database_is_not_known_says_how_to_give_it() -> None:
+    msg = build_message(incident(), LINKS)
+    section = next(b["text"]["text"] for b in msg.blocks if "slaguard resume" in repr(b))
+    assert section == (
+        "To resume the learned policy once it is safe (on the guard's database: add `--db "
+        "URL`, or set `SLAGUARD_DB`; without either it acts on ./slaguard.db):\n"
+        f"`{RESUME}`"
+    )
+
+
 def test_limits_hold_for_oversized_input() -> None:
     event = incident(summary="x" * 10_000, subject="prefix:" + "y" * 400)
     msg = build_message(event, LINKS)

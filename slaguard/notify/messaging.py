@@ -18,6 +18,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.engine import make_url
+
+from slaguard.audit.engine import DB_ENV_VAR, DEFAULT_SQLITE_FILE, shown_url
 from slaguard.guard.events import IncidentEvent, IncidentState
 from slaguard.plaintext import visible
 
@@ -42,6 +45,10 @@ class MessageLinks:
 
     dashboard_url: str = "http://localhost:3000/d/slaguard-guard"
     runbook_url: str = "docs/guard.md#runbook"
+    guard_db_url: str | None = None
+    """The database the guard uses, for the resume command's `--db`; None when not known
+    here: the message then says to give it (an on-call copying the command without it
+    resumed the default ./slaguard.db)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +103,27 @@ def _section(text: str) -> Block:
     return {"type": "section", "text": _mrkdwn_object(text, SECTION_TEXT_MAX)}
 
 
-def resume_command(event: IncidentEvent) -> str:
-    """The exact CLI line that puts the fleet back on the gray rollout."""
+_DEFAULT_DB_URL = f"sqlite:///{DEFAULT_SQLITE_FILE}"
+_GIVE_THE_DB = (
+    f" (on the guard's database: add `--db URL`, or set `{DB_ENV_VAR}`; without either it "
+    f"acts on ./{DEFAULT_SQLITE_FILE})"
+)
+
+
+def resume_command(event: IncidentEvent, guard_db_url: str | None = None) -> str:
+    """The exact CLI line that puts the fleet back on the gray rollout, on `guard_db_url`
+    (its password hidden; no `--db` for the default database, which the line reads)."""
     reason = f"incident {event.incident_id} reviewed"
-    return f"slaguard resume --stage {event.resume_stage_pct} --reason {shlex.quote(reason)}"
+    command = f"slaguard resume --stage {event.resume_stage_pct} --reason {shlex.quote(reason)}"
+    if guard_db_url is not None and make_url(guard_db_url) != make_url(_DEFAULT_DB_URL):
+        command += f" --db {shlex.quote(shown_url(guard_db_url))}"
+    return command
+
+
+def _resume_text(event: IncidentEvent, guard_db_url: str | None) -> str:
+    where = _GIVE_THE_DB if guard_db_url is None else ""
+    command = _code(resume_command(event, guard_db_url))
+    return f"To resume the learned policy once it is safe{where}:\n{command}"
 
 
 def _numbers(evidence: dict[str, Any]) -> list[tuple[str, object]]:
@@ -173,11 +197,7 @@ def build_message(event: IncidentEvent, links: MessageLinks) -> SlackMessage:
     ]
     blocks += _evidence_blocks(event)
     if event.state is not IncidentState.RESOLVED:
-        blocks.append(
-            _section(
-                f"To resume the learned policy once it is safe:\n{_code(resume_command(event))}"
-            )
-        )
+        blocks.append(_section(_resume_text(event, links.guard_db_url)))
     blocks += _link_blocks(links)
     change = f"{event.mode_before} -> {event.mode_after}"
     if event.mode_before == event.mode_after:
