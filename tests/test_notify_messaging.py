@@ -65,7 +65,6 @@ RESUME = "slaguard resume --stage 10 --reason 'incident inc-300-1 reviewed'"
             "sqlite:////var/lib/slaguard/audit.db",
             f"{RESUME} --db sqlite:////var/lib/slaguard/audit.db",
         ),
-        ("sqlite:///slaguard.db", RESUME),  # the default: what the command reads without --db
     ],
 )
 def test_the_resume_command_acts_on_the_guards_database(guard_db_url: str, command: str) -> None:

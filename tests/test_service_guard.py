@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from fakes.incidents import incident
 from pydantic import SecretStr
 
 from slaguard.guard.events import BreakerEvent
@@ -292,3 +293,25 @@ def test_the_service_log_says_when_the_guard_demotes_a_target(
     demoted = [m for level, m in said if "demotes target:h200-8b" in m]
     assert demoted and demoted[0].startswith("guard ttft_zscore demotes target:h200-8b: "), said
     assert all(level == logging.WARNING for level, m in said if m in demoted)
+
+
+def test_the_incident_message_resumes_the_services_own_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resume command in an incident message named no database, so an on-call pasting
+    it elsewhere resumed ./slaguard.db there; a relative SQLite path is made absolute."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(FLEET))
+    cfg = load_config(
+        None,
+        {"fleet": "fleet.yaml", "db": "audit.db", "notify_file": "incidents.jsonl",
+         "telemetry": {"scrape": False}},
+    )  # fmt: skip
+    service = build_service(cfg)
+    try:
+        notifier = service.modes.replica.notifier
+        assert notifier.send(incident()).ok
+    finally:
+        service.close()
+    text = (tmp_path / "incidents.jsonl").read_text()
+    assert f"--db sqlite:///{tmp_path / 'audit.db'}" in text, text

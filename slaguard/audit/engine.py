@@ -85,6 +85,14 @@ def shown_url(url: URL | str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+def operator_url(url: URL) -> str:
+    """The URL as an operator on this host types it elsewhere: a relative SQLite file made
+    absolute (a command copied from an incident message runs in another directory)."""
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        url = url.set(database=str(Path(url.database).resolve()))
+    return url.render_as_string(hide_password=False)
+
+
 def error_line(exc: BaseException, *, with_type: bool = False) -> str:
     """A database error in one line: the driver's own first line (SQLAlchemy wraps it in
     `orig`), optionally prefixed by its type; the type alone when it says nothing."""

@@ -34,6 +34,7 @@ from slaguard.audit.engine import (
     DatabaseUrlError,
     create_audit_engine,
     error_line,
+    operator_url,
     resolve_db_url,
 )
 from slaguard.audit.migrate import SchemaNotCurrentError, require_current_schema
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         url = resolve_db_url(args.db)
         config = _config(args.config)
-        notifier = notifier_from_env()
+        notifier = notifier_from_env(guard_db_url=operator_url(url))
         engine = create_audit_engine(url)
         require_current_schema(engine)
     except (

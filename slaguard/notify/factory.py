@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -108,20 +109,25 @@ def links_from_env(env: Mapping[str, str]) -> MessageLinks:
 
 
 def notifier_from_env(
-    env: Mapping[str, str] | None = None, notify_file: Path | None = None
+    env: Mapping[str, str] | None = None,
+    notify_file: Path | None = None,
+    guard_db_url: str | None = None,
 ) -> Notifier:
     """The notifier the environment asks for (see the module table); `notify_file` (the
-    service's config) comes before all of it. The links come from the environment."""
-    return choose_notifier(env, notify_file)[0]
+    service's config) comes before all of it. The links come from the environment;
+    `guard_db_url` (the guard's database) goes into each message's resume command."""
+    return choose_notifier(env, notify_file, guard_db_url)[0]
 
 
 def choose_notifier(
-    env: Mapping[str, str] | None = None, notify_file: Path | None = None
+    env: Mapping[str, str] | None = None,
+    notify_file: Path | None = None,
+    guard_db_url: str | None = None,
 ) -> tuple[Notifier, str]:
     """`notifier_from_env`'s notifier and where it sends, in words without any secret (for
     the service's start log: a console notifier picked by mistake went unnoticed)."""
     env = os.environ if env is None else env
-    links = links_from_env(env)
+    links = replace(links_from_env(env), guard_db_url=guard_db_url)
     if notify_file is not None:
         return _file_notifier(notify_file, "notify_file", links), f"the file {notify_file}"
     token = _secret(env, f"{PREFIX}SLACK_BOT_TOKEN", "token")

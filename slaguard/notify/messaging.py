@@ -18,8 +18,6 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.engine import make_url
-
 from slaguard.audit.engine import DB_ENV_VAR, DEFAULT_SQLITE_FILE, shown_url
 from slaguard.guard.events import IncidentEvent, IncidentState
 from slaguard.plaintext import visible
@@ -103,7 +101,6 @@ def _section(text: str) -> Block:
     return {"type": "section", "text": _mrkdwn_object(text, SECTION_TEXT_MAX)}
 
 
-_DEFAULT_DB_URL = f"sqlite:///{DEFAULT_SQLITE_FILE}"
 _GIVE_THE_DB = (
     f" (on the guard's database: add `--db URL`, or set `{DB_ENV_VAR}`; without either it "
     f"acts on ./{DEFAULT_SQLITE_FILE})"
@@ -112,10 +109,10 @@ _GIVE_THE_DB = (
 
 def resume_command(event: IncidentEvent, guard_db_url: str | None = None) -> str:
     """The exact CLI line that puts the fleet back on the gray rollout, on `guard_db_url`
-    (its password hidden; no `--db` for the default database, which the line reads)."""
+    (its password hidden)."""
     reason = f"incident {event.incident_id} reviewed"
     command = f"slaguard resume --stage {event.resume_stage_pct} --reason {shlex.quote(reason)}"
-    if guard_db_url is not None and make_url(guard_db_url) != make_url(_DEFAULT_DB_URL):
+    if guard_db_url is not None:
         command += f" --db {shlex.quote(shown_url(guard_db_url))}"
     return command
 

@@ -30,6 +30,7 @@ from slaguard.audit.engine import (
     create_audit_engine,
     default_spill_dir,
     error_line,
+    operator_url,
     resolve_db_url,
 )
 from slaguard.audit.migrate import (
@@ -122,9 +123,11 @@ def build_service(
     for note in fleet.notes:
         log.warning("fleet: %s", note)
     destination = None
+    url = resolve_db_url(config.db)  # parsed only: the database is not touched yet
     if notifier is None:  # a notifier mistake is refused before the database is touched
-        notifier, destination = choose_notifier(notify_file=config.notify_file)
-    url = resolve_db_url(config.db)
+        notifier, destination = choose_notifier(
+            notify_file=config.notify_file, guard_db_url=operator_url(url)
+        )
     migrating = create_audit_engine(url)  # a migration may take long: no statement timeout
     try:
         refuse_newer_schema(migrating)  # SchemaNotCurrentError: the caller's one-line refusal
