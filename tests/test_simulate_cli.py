@@ -149,6 +149,12 @@ def test_guarded_is_refused_clearly_or_reports_a_guard(tmp_path: Path) -> None:
             "2023-11-16T18:15:50Z,3,3\n",
             "TIMESTAMP mixes times with and without a zone",
         ),
+        # a count above 2^63 turned negative in the cast: a 58-line traceback, exit 1
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+            "2023-11-16 18:15:50.0,99999999999999999999,10\n",
+            ":2: ContextTokens is '99999999999999999999'",
+        ),
     ],
 )
 def test_bad_trace_is_one_line(tmp_path: Path, content: str, problem: str) -> None:

@@ -129,7 +129,26 @@ BAD_INPUTS = [
         "3",
         "wrong number of fields",
     ),
+    (
+        "huge.csv",
+        AZURE_HEADER + GOOD_ROW + "2023-11-16 18:15:50.0,99999999999999999999,10\n",
+        "3",
+        "ContextTokens is '99999999999999999999', not a token count (a whole number in [0, 2^53))",
+    ),
+    (
+        "int64.csv",
+        AZURE_HEADER + "2023-11-16 18:15:50.0,10,9223372036854775807\n",
+        "2",
+        "GeneratedTokens is '9223372036854775807'",
+    ),
+    ("above.csv", AZURE_HEADER + "2023-11-16 18:15:50.0,9007199254740993,1\n", "2", "2^53"),
     ("what.txt", "hello\n", "1", "cannot tell the trace format"),
+    (
+        "late.jsonl",
+        '{"timestamp": 1e300, "input_length": 5, "output_length": 1, "hash_ids": []}\n',
+        "1",
+        "timestamp is 1e+300, not a number in [0, 2^53); fix: write a number >= 0 and below 2^53",
+    ),
     (
         "json.jsonl",
         '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": []}\n{oops\n',

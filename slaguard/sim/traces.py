@@ -24,6 +24,12 @@ from slaguard.sim.trace import Trace, TraceError
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 _AZURE_FIX = "the Azure trace header is TIMESTAMP,ContextTokens,GeneratedTokens"
+TRACE_NUMBER_MAX = 2.0**53
+"""Bound on every number in a trace, both formats: above it (and NaN or Infinity, which
+Python's JSON reader takes) a number is not a time or a length; float64 no longer holds
+each whole number exactly, and NaN timestamps made the replay loop forever."""
+_LIMIT_TEXT = "2^53 (9007199254740992)"
+_RANGE_TEXT = "[0, 2^53)"
 _FORMAT_FIX = "pass the format explicitly (--trace-format azure or mooncake)"
 
 
@@ -116,18 +122,25 @@ def _data_line(path: Path, row: int) -> int:
 
 
 def _count_column(path: Path, frame: pd.DataFrame, column: str) -> npt.NDArray[np.int64]:
+    """A token-count column as int64; below TRACE_NUMBER_MAX every value is held exactly
+    (a count above 2^63 turned negative in the cast and crashed the run)."""
     values: npt.NDArray[np.float64] = pd.to_numeric(frame[column], errors="coerce").to_numpy(
         dtype=np.float64
     )
-    bad = np.flatnonzero(~np.isfinite(values) | (values < 0) | (values != np.floor(values)))
+    bad = np.flatnonzero(
+        ~np.isfinite(values)
+        | (values < 0)
+        | (values >= TRACE_NUMBER_MAX)
+        | (values != np.floor(values))
+    )
     if len(bad):
         row = int(bad[0])
         cell = frame[column].iloc[row]
         raise _error(
             path,
             _data_line(path, row),
-            f"{column} is {cell!r}, not a token count",
-            "write a whole number >= 0",
+            f"{column} is {cell!r}, not a token count (a whole number in {_RANGE_TEXT})",
+            f"write a whole number >= 0 and below {_LIMIT_TEXT}",
         )
     return values.astype(np.int64)
 
@@ -189,17 +202,17 @@ def _mooncake_number(p: Path, line: int, row: dict[str, Any], field: str) -> flo
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
-        or not 0 <= value < _MOONCAKE_MAX
+        or not 0 <= value < TRACE_NUMBER_MAX
     ):
-        raise _error(p, line, f"{field} is {value!r}, not a number >= 0", "write a number")
+        raise _error(
+            p,
+            line,
+            f"{field} is {value!r}, not a number in {_RANGE_TEXT}",
+            f"write a number >= 0 and below {_LIMIT_TEXT}",
+        )
     if field != "timestamp" and value != int(value):  # as the Azure loader: never truncated
         raise _error(p, line, f"{field} is {value!r}, not a token count", "write a whole number")
     return float(value)
-
-
-_MOONCAKE_MAX = 2.0**53
-"""Above this (and NaN or Infinity, which Python's JSON reader takes) a number is not a
-time or a length: NaN timestamps made the replay loop forever."""
 
 
 def _mooncake_blocks(p: Path, line: int, row: dict[str, Any]) -> list[int]:
