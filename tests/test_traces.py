@@ -127,7 +127,7 @@ BAD_INPUTS = [
         "fields.csv",
         AZURE_HEADER + GOOD_ROW + "2023-11-16 18:15:47,1,2,3\n",
         "3",
-        "wrong number of fields",
+        "4 cells; every row needs 3",
     ),
     (
         "huge.csv",
@@ -142,6 +142,19 @@ BAD_INPUTS = [
         "GeneratedTokens is '9223372036854775807'",
     ),
     ("above.csv", AZURE_HEADER + "2023-11-16 18:15:50.0,9007199254740993,1\n", "2", "2^53"),
+    (
+        "index.csv",
+        AZURE_HEADER + "0,2023-11-16 18:15:50.0,500,10\n1,2023-11-16 18:15:51.0,500,10\n",
+        "2",
+        "4 cells; every row needs 3 (TIMESTAMP,ContextTokens,GeneratedTokens)",
+    ),
+    (
+        "trailing.csv",
+        AZURE_HEADER + GOOD_ROW + "\n" + GOOD_ROW.replace("\n", ",\n"),
+        "4",
+        "4 cells; every row needs 3 (TIMESTAMP,ContextTokens,GeneratedTokens)",
+    ),
+    ("short.csv", AZURE_HEADER + "2023-11-16 18:15:50.0,500\n", "2", "2 cells; every row needs 3"),
     ("what.txt", "hello\n", "1", "cannot tell the trace format"),
     (
         "late.jsonl",

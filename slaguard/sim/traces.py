@@ -145,11 +145,34 @@ def _count_column(path: Path, frame: pd.DataFrame, column: str) -> npt.NDArray[n
     return values.astype(np.int64)
 
 
+def _check_cell_counts(path: Path) -> None:
+    """Every row has as many cells as the header: pandas took a row with one more (a saved
+    index, a trailing comma) as an index column and dropped or shifted a column silently."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle, skipinitialspace=True)
+        header: list[str] = []
+        for row in reader:
+            if not row:
+                continue
+            if not header:
+                header = row
+            elif len(row) != len(header):
+                names = ",".join(cell.strip().lstrip("\ufeff") for cell in header)
+                raise _error(
+                    path,
+                    reader.line_num,
+                    f"{len(row)} cell{'' if len(row) == 1 else 's'}; every row needs "
+                    f"{len(header)} ({names})",
+                    "one cell per header column, no index column or trailing comma",
+                )
+
+
 def load_azure_csv(path: str | Path, name: str | None = None) -> Trace:
     """`TIMESTAMP,ContextTokens,GeneratedTokens` rows -> a trace (vectorised, ~0.1 s for 19k)."""
     p = Path(path)
     first_line, _ = _first_content_line(p)
     try:
+        _check_cell_counts(p)
         frame = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True)
     except pd.errors.ParserError as exc:
         match = re.search(r"line (\d+)", str(exc))
