@@ -225,6 +225,24 @@ def test_bad_input_is_one_line_with_file_line_and_fix(
     assert "; fix: " in message
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+@pytest.mark.parametrize("good_lines", [1, 400])
+def test_bad_utf8_is_reported_on_its_line(tmp_path: Path, suffix: str, good_lines: int) -> None:
+    """The bad byte's line, early (first read block) or late (past pandas' first block)."""
+    if suffix == ".csv":
+        head, bad = AZURE_HEADER + GOOD_ROW * good_lines, b"2023-11-16 18:15:51,5\xff0,10\n"
+        line = good_lines + 2
+    else:
+        row = '{"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": []}\n'
+        head, bad = row * good_lines, row.encode().replace(b"}", b"}\xff")
+        line = good_lines + 1
+    path = tmp_path / f"badutf{suffix}"
+    path.write_bytes(head.encode() + bad + GOOD_ROW.encode())
+    with pytest.raises(TraceError) as caught:
+        load_trace(path)
+    assert str(caught.value) == f"{path}:{line}: not UTF-8 text; fix: pass a CSV or JSONL trace"
+
+
 def test_missing_file_and_directory_name_the_path(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"nope\.csv: file not found; fix: "):
         load_trace(tmp_path / "nope.csv")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -67,10 +68,22 @@ def _first_content_line(path: Path) -> tuple[int, str]:
     except IsADirectoryError:
         raise _error(path, None, "is a directory", "pass a trace file, not a folder") from None
     except UnicodeDecodeError:
-        raise _error(path, 1, "not UTF-8 text", "pass a CSV or JSONL trace") from None
+        raise _not_utf8(path) from None
     except OSError as exc:
         raise _error(path, None, f"cannot read ({exc.strerror})", "check permissions") from None
     raise _error(path, 1, "trace has no requests (empty file)", "pass a non-empty trace")
+
+
+def _not_utf8(path: Path) -> TraceError:
+    """The error for a file that does not decode, on the line of its first bad byte (the
+    decoder reads ahead by blocks, so the failing read does not tell the line)."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return _error(path, number, "not UTF-8 text", "pass a CSV or JSONL trace")
+    return _error(path, None, "not UTF-8 text", "pass a CSV or JSONL trace")
 
 
 def detect_format(path: str | Path) -> TraceFormat:
@@ -174,6 +187,8 @@ def load_azure_csv(path: str | Path, name: str | None = None) -> Trace:
     try:
         _check_cell_counts(p)
         frame = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True)
+    except UnicodeDecodeError:
+        raise _not_utf8(p) from None
     except pd.errors.ParserError as exc:
         match = re.search(r"line (\d+)", str(exc))
         line = int(match.group(1)) if match else None
@@ -249,6 +264,26 @@ def _mooncake_blocks(p: Path, line: int, row: dict[str, Any]) -> list[int]:
     return blocks
 
 
+def _json_objects(p: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(file line, object) for each non-blank line of a JSONL file."""
+    try:
+        with p.open(encoding="utf-8") as handle:
+            for number, text in enumerate(handle, start=1):
+                if not text.strip():
+                    continue
+                try:
+                    row = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise _error(
+                        p, number, f"invalid JSON ({exc.msg})", "one object per line"
+                    ) from None
+                if not isinstance(row, dict):
+                    raise _error(p, number, "not a JSON object", "one object per line")
+                yield number, row
+    except UnicodeDecodeError:
+        raise _not_utf8(p) from None
+
+
 def load_mooncake_jsonl(path: str | Path, name: str | None = None) -> Trace:
     """Mooncake lines (`timestamp` ms, lengths, `hash_ids`) -> a trace with prefix blocks."""
     p = Path(path)
@@ -257,22 +292,11 @@ def load_mooncake_jsonl(path: str | Path, name: str | None = None) -> Trace:
     prompts: list[float] = []
     outputs: list[float] = []
     block_lists: list[list[int]] = []
-    with p.open(encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise _error(
-                    p, number, f"invalid JSON ({exc.msg})", "one object per line"
-                ) from None
-            if not isinstance(row, dict):
-                raise _error(p, number, "not a JSON object", "one object per line")
-            stamps.append(_mooncake_number(p, number, row, "timestamp"))
-            prompts.append(_mooncake_number(p, number, row, "input_length"))
-            outputs.append(_mooncake_number(p, number, row, "output_length"))
-            block_lists.append(_mooncake_blocks(p, number, row))
+    for number, row in _json_objects(p):
+        stamps.append(_mooncake_number(p, number, row, "timestamp"))
+        prompts.append(_mooncake_number(p, number, row, "input_length"))
+        outputs.append(_mooncake_number(p, number, row, "output_length"))
+        block_lists.append(_mooncake_blocks(p, number, row))
     arrivals_ms = np.asarray(stamps)
     return Trace.build(
         name or p.stem,
