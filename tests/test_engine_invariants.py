@@ -198,3 +198,38 @@ def test_no_request_gets_its_first_token_faster_than_physics(
     assert slack.min() >= -1e-9, f"request {done[slack.argmin()]} beat physics by {-slack.min()}"
     # and the floor is tight for some: an idle target serves a request at once
     assert slack.min() < 0.05
+
+
+def _one_long_prompt(generated: int) -> Trace:
+    """One 100k-token prompt: about 78 s of prefill on an L40S."""
+    return Trace.build("long", "<test>", [0.0], [100_000], [generated])
+
+
+def test_a_pass_past_the_drain_cut_off_counts_busy_time_only_up_to_the_end() -> None:
+    """Slowed 1000x, the prefill would end at about 78,048 s; the run ends at 600.1 s. The
+    pass counted whole made utilisation 130x and gave a timed-out request a TTFT."""
+    solo = fleet_of({"id": "solo", "model": "llama3.1-8b", "card": "l40s"})
+    jitter = "faults:\n  - {kind: jitter, target: solo, start_s: 0, end_s: 1, factor: 1000}\n"
+    observer = OutcomeCounter()
+    run = run_sim(_one_long_prompt(10), solo, observer, jitter)
+    res, target = run.results, run.report["by_target"]["solo"]
+    assert res.sim_s == pytest.approx(600.1)
+    assert STATUS_TEXT[Status(int(res.status[0]))] == "timeout"
+    assert np.isnan(res.ttft_s[0]) and np.isnan(res.first_token_s[0])
+    assert observer.first_tokens == Counter()
+    assert float(res.busy_s[0]) == pytest.approx(600.1)
+    assert target["utilisation"] == pytest.approx(1.0) and target["utilisation"] <= 1.0
+    assert run.report["ttft_s"]["p99"] is None
+
+
+def test_a_run_lasts_until_its_last_completion() -> None:
+    """One output token: the request completes at the end of its prefill pass, about 78 s
+    in, while the tick that started it ends at 0.1 s (utilisation was 78,048 %)."""
+    solo = fleet_of({"id": "solo", "model": "llama3.1-8b", "card": "l40s"})
+    run = run_sim(_one_long_prompt(1), solo)
+    res = run.results
+    assert res.status[0] == Status.OK
+    assert 70.0 < float(res.ttft_s[0]) < 90.0
+    assert res.sim_s == pytest.approx(float(res.first_token_s[0]))
+    assert float(res.busy_s[0]) == pytest.approx(res.sim_s)
+    assert run.report["by_target"]["solo"]["utilisation"] == pytest.approx(1.0)

@@ -66,6 +66,17 @@ def _ticks_per_s(tick_s: float) -> float:
     return float(round(per_s)) if abs(per_s - round(per_s)) < 1e-9 else per_s
 
 
+def _first_tick_end_after(horizon_s: float, per_s: float) -> float:
+    """The end of the tick the drain stops in: the first `k / per_s` past `horizon_s`,
+    computed as the loop computes tick ends."""
+    k = max(1, math.floor(horizon_s * per_s))
+    while k > 1 and (k - 1) / per_s > horizon_s:
+        k -= 1
+    while k / per_s <= horizon_s:
+        k += 1
+    return k / per_s
+
+
 def _event_time(event: Event) -> float:
     return event.at_s
 
@@ -117,6 +128,9 @@ class Simulation:
         self._all_reporting = True
         self._sim_faults = _on_sim_clock(self.faults, self.options.rate_scale)
         self._listeners: list[SimObserver] = []
+        self._run_end = math.inf
+        """No event after this time happens: the drain stops the run there."""
+        self._last_event_s = 0.0
 
     def run(self, progress: Progress | None = None) -> Results:
         """Replay the whole workload; returns the per-request results."""
@@ -131,6 +145,7 @@ class Simulation:
         self._listeners = [self.controller, *self.observers]
         replicas = list(enumerate(self.replicas))
         per_s = _ticks_per_s(tick)
+        self._run_end = _first_tick_end_after(end_arrivals + self.options.drain_s, per_s)
         wall0 = time.perf_counter()
         while True:
             now = step / per_s
@@ -162,8 +177,12 @@ class Simulation:
                 break
         for p in list(self._pending.values()) + self._retry:
             self._finish(p, window_end, Status.INCOMPLETE)
+        # a pass can end after the tick that ran it: the run lasts to its last event
+        end = self.results.sim_s = max(window_end, self._last_event_s)
         self.results.wall_s = time.perf_counter() - wall0
-        self.results.busy_s = np.array([r.busy_s for r in self.replicas])
+        self.results.busy_s = np.array(
+            [min(end, r.busy_s - max(0.0, r.busy_until - end)) for r in self.replicas]
+        )
         self.results.mode_timeline = self.mode_timeline
         return self.results
 
@@ -262,6 +281,9 @@ class Simulation:
             rep.prefill.append((r, p.index, p.reused, float(self.results.arrival_s[p.index])))
 
     def _on_event(self, ev: Event) -> None:
+        if ev.at_s > self._run_end:
+            return  # the pass ends after the drain stopped the run: its request times out
+        self._last_event_s = max(self._last_event_s, ev.at_s)
         res = self.results
         rid = self.workload.request_id(ev.index)
         p = self._pending.get(rid)
