@@ -33,7 +33,10 @@ HELP_POINTER = re.compile(r"(; see|\? See) 'slaguard[a-z ]* --help'\n\Z")
             ["audit", "explain"],
             "missing argument 'request_id'; see 'slaguard audit explain --help'",
         ),
-        (["audit", "incident", "abc"], "argument incident_id: 'abc': input should be a valid "),
+        (
+            ["audit", "incident", "abc"],
+            "argument incident_id: 'abc': input should be an incident's audit id (a number) or ",
+        ),
         (["audit", "prune"], "missing option '--older-than'; see 'slaguard audit prune --help'"),
         (
             ["audit", "decisions", "--sinc", "-1h"],

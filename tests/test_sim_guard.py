@@ -287,3 +287,29 @@ def test_round_robin_start_mode_is_the_guards(fleet: Fleet) -> None:
     assert GuardController(Guard(state=on_learned()), fleet).initial_mode() == FleetMode.parse(
         "learned"
     )
+
+
+def test_the_reports_incident_id_opens_the_incident_in_the_audit_database(
+    tmp_path: Path,
+) -> None:
+    """The report names the guard's `inc-...` id, the database its own integer id: `audit
+    incident` took only the latter ('input should be a valid integer')."""
+    trace, faults, out = tmp_path / "t.csv", tmp_path / "hot.yaml", tmp_path / "r.json"
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    _write_azure_csv(trace, 2400)
+    faults.write_text(HOT.replace("150", "80"))
+    args = ["simulate", "--trace", str(trace), "--faults", str(faults), "--policy", "guarded"]
+    plan = ["--baseline-s", "20", "--stage-s", "10", "--report-json", str(out)]
+    result = runner.invoke(app, [*args, *plan, "--audit-db", db])
+    assert result.exit_code == 0, result.output
+    guard_id = json.loads(out.read_text())["guard"]["trips"][0]["incident_id"]
+    assert guard_id.startswith("inc-")
+    by_guard_id = runner.invoke(app, ["audit", "incident", guard_id, "--db", db, "-f", "json"])
+    by_audit_id = runner.invoke(app, ["audit", "incident", "1", "--db", db, "-f", "json"])
+    assert by_guard_id.exit_code == 0, by_guard_id.output
+    assert by_guard_id.stdout == by_audit_id.stdout
+    incident = json.loads(by_guard_id.stdout)["incident"]
+    assert incident["id"] == 1 and incident["evidence"]["incident"] == guard_id
+    unknown = runner.invoke(app, ["audit", "incident", "inc-9-9", "--db", db])
+    assert unknown.exit_code == 2
+    assert unknown.stderr.startswith("error: no incident with guard id inc-9-9 (")

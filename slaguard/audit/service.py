@@ -30,8 +30,8 @@ from sqlalchemy import (
     text,
 )
 
-from slaguard.audit.models import Decision, ModeChange, Outcome
-from slaguard.audit.store import StoredIncident, get_incident
+from slaguard.audit.models import Decision, Incident, ModeChange, Outcome
+from slaguard.audit.store import StoredIncident, UnknownIncidentError, get_incident
 from slaguard.fleet.fleet import Fleet
 
 QUERY_WORK_MEM = "64MB"
@@ -271,6 +271,24 @@ class IncidentTimeline:
     @property
     def window(self) -> tuple[datetime, datetime]:
         return self.phases["before"][0], self.phases["after"][1]
+
+
+GUARD_INCIDENT_PREFIX = "inc-"
+"""The guard's own incident ids (`inc-<second>-<n>`), which a simulate report's trips name."""
+
+
+def incident_with_guard_id(engine: Engine, guard_id: str) -> int:
+    """The audit id of the incident a simulated run stored for the guard's `guard_id` (in
+    its `evidence.incident`): the report names the guard's id, the database its own."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(Incident.id, Incident.evidence).order_by(Incident.id)).all()
+    for incident_id, evidence in rows:
+        if isinstance(evidence, dict) and evidence.get("incident") == guard_id:
+            return int(incident_id)
+    raise UnknownIncidentError(
+        f"no incident with guard id {guard_id} (a simulate report's trips name these; "
+        "`slaguard incidents` lists the audit ids)"
+    )
 
 
 def incident_timeline(

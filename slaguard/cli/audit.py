@@ -212,9 +212,26 @@ def summary_command(
         emit_frame(frame, fmt, output, f"summary {span_title(start, end)}")
 
 
+def _incident_ref(value: str) -> str:
+    """An audit id (a number) or the guard's `inc-...` id a simulate report names."""
+    if value.startswith(service.GUARD_INCIDENT_PREFIX) and value != service.GUARD_INCIDENT_PREFIX:
+        return value
+    try:
+        return str(int(value))
+    except ValueError:
+        raise ValueError(
+            f"{value!r}: input should be an incident's audit id (a number) or the guard's id "
+            "from a simulate report (inc-...)"
+        ) from None
+
+
 @app.command("incident")
 def incident_command(
-    incident_id: int = typer.Argument(..., help="Incident id (as stored by the guard)."),
+    incident_id: str = typer.Argument(
+        ...,
+        parser=_incident_ref,
+        help="Incident id: the audit id, or the guard's inc-... id from a simulate report.",
+    ),
     before: str = typer.Option("30m", help="How far before the opening to look."),
     after: str = typer.Option("30m", help="How far after the resolution to look."),
     plot: Path | None = PlotOption,
@@ -235,9 +252,16 @@ def incident_command(
     capacity = service.fleet_capacity(load_or_fail(fleet_file))
     engine = open_audit_db(db)
     now = _now()
+    audit_id = _answer(
+        lambda: (
+            service.incident_with_guard_id(engine, incident_id)
+            if incident_id.startswith(service.GUARD_INCIDENT_PREFIX)
+            else int(incident_id)
+        )
+    )
     timeline = _answer(
         lambda: service.incident_timeline(
-            engine, incident_id, before=pre, after=post, now=now, capacity=capacity
+            engine, audit_id, before=pre, after=post, now=now, capacity=capacity
         )
     )
     _warn_targets_outside(timeline.per_target, capacity, fleet_file)
