@@ -164,6 +164,25 @@ def test_bad_trace_is_one_line(tmp_path: Path, content: str, problem: str) -> No
     assert str(path) in message and problem in message and "fix:" in message
 
 
+def test_a_trace_idle_for_more_than_a_day_is_refused_before_simulating(tmp_path: Path) -> None:
+    """Two requests a year apart were stepped through 100 ms at a time: killed by `timeout
+    60` at 371,005 of 31,622,401 simulated seconds."""
+    path = tmp_path / "year.csv"
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-01-01 00:00:00,100,10\n2023-01-01 00:00:30,100,10\n2024-01-01 00:00:30,100,10\n"
+    )
+    assert one_line_error("--trace", str(path)) == (
+        f"error: {path}: no request arrives for 365.0 simulated days (from 30 s to 31536030 s "
+        "of the trace); the simulator steps through idle time 100 ms at a time and takes at "
+        "most a day; fix: remove the gap or split the trace there (--duration 30 keeps what "
+        "comes before it)\n"
+    )
+    # the fix it names works
+    kept = simulate(tmp_path, "--trace", str(path), "--duration", "30")
+    assert kept["requests"]["total"] == 2
+
+
 @pytest.mark.parametrize(
     ("content", "problem"),
     [

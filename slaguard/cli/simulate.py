@@ -43,7 +43,7 @@ from slaguard.sim.paths import AZURE_CONV_RELPATH, DATA_DIR_ENV, default_trace_p
 from slaguard.sim.report import build_report, print_summary
 from slaguard.sim.results import Results
 from slaguard.sim.trace import Trace, TraceError
-from slaguard.sim.traces import TraceFormat, load_trace
+from slaguard.sim.traces import TraceFormat, check_idle_gaps, load_trace
 from slaguard.sim.workload import Workload, WorkloadError, assign_workload
 
 
@@ -97,6 +97,7 @@ def prepare(
     path = trace_file or _default_trace()
     try:
         trace = _truncate(load_trace(path, trace_format or TraceFormat.AUTO), duration_s)
+        check_idle_gaps(trace, rate_scale)
         schedule = load_faults(faults_file, fleet) if faults_file else FaultSchedule()
         _warn(schedule, trace, rate_scale)
         trace = apply_arrival_faults(trace, schedule, seed)

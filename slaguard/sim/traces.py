@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from collections.abc import Iterator
 from enum import StrEnum
@@ -231,6 +232,31 @@ def load_azure_csv(path: str | Path, name: str | None = None) -> Trace:
     prompt = _count_column(p, frame, "ContextTokens")
     output = _count_column(p, frame, "GeneratedTokens")
     return Trace.build(name or p.stem, str(p), arrival_s, prompt, output)
+
+
+MAX_IDLE_GAP_S = 86_400.0
+"""Longest stretch without an arrival a simulation takes (simulated seconds): the engine
+steps through idle time 100 ms at a time, and two requests a year apart ran for hours."""
+
+
+def check_idle_gaps(trace: Trace, rate_scale: float) -> None:
+    """Refuse a trace with a gap between arrivals longer than MAX_IDLE_GAP_S once scaled."""
+    if len(trace) < 2:
+        return
+    gaps = np.diff(trace.arrival_s)
+    widest = int(np.argmax(gaps))
+    if gaps[widest] / rate_scale <= MAX_IDLE_GAP_S:
+        return
+    start, end = (float(trace.arrival_s[widest + k] - trace.arrival_s[0]) for k in (0, 1))
+    raise _error(
+        Path(trace.source),
+        None,
+        f"no request arrives for {gaps[widest] / rate_scale / 86_400:.1f} simulated days "
+        f"(from {start:.0f} s to {end:.0f} s of the trace); the simulator steps through idle "
+        "time 100 ms at a time and takes at most a day",
+        f"remove the gap or split the trace there (--duration {max(1, math.ceil(start))} keeps "
+        "what comes before it)",
+    )
 
 
 def _mooncake_number(p: Path, line: int, row: dict[str, Any], field: str) -> float:
