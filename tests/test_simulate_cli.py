@@ -307,3 +307,20 @@ def test_a_trace_path_is_printed_as_written(tmp_path: Path) -> None:
         f"round-robin on {tmp_path}/q[/b]\\x1b[2J.csv: 200 requests (200 completed, "
     )
     assert "\x1b" not in result.stdout
+
+
+def test_one_of_a_kind_reads_singular_and_a_missing_rate_is_a_bare_dash(tmp_path: Path) -> None:
+    """`1 requests`, `1 targets`, and `- %` for a priority with no requests."""
+    fleet = tmp_path / "one.yaml"
+    fleet.write_text("name: one\ntargets:\n  - {id: solo, model: llama3.1-8b, card: l40s}\n")
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:50.0,500,10\n")
+    result = runner.invoke(app, ["simulate", "--fleet", str(fleet), "--trace", str(trace)])
+    assert result.exit_code == 0, result.output
+    assert "1 request (1 completed, 0 rejected, 0 failed)" in result.stdout
+    lines = result.stdout.splitlines()
+    rates = [line.split("│")[2].strip() for line in lines if "priority" in line]
+    assert sorted(rates) == ["-", "-", "0.00 %"]
+    shown = runner.invoke(app, ["fleet", "show", "--fleet", str(fleet)])
+    assert shown.exit_code == 0, shown.output
+    assert "one.yaml): 1 target " in " ".join(shown.stdout.split())  # the title wraps

@@ -32,7 +32,8 @@ def show(fleet_file: Path | None = FleetOption) -> None:
     fleet = load_or_fail(fleet_file)
     for note in fleet.notes:
         typer.echo(f"warning: {visible(note)}", err=True)
-    table = Table(title=inert(f"{fleet.name} ({fleet.source}): {len(fleet)} targets"))
+    targets = "1 target" if len(fleet) == 1 else f"{len(fleet)} targets"
+    table = Table(title=inert(f"{fleet.name} ({fleet.source}): {targets}"))
     for col in ("target", "model", "card", "tp", "V_h GB", "static GB", "V_kv GB", "priorities"):
         table.add_column(col, justify="right" if "GB" in col or col == "tp" else "left")
     for t in fleet:

@@ -120,6 +120,15 @@ def _fmt(v: float | None, scale: float = 1.0, digits: int = 3) -> str:
     return "-" if v is None else f"{v * scale:.{digits}f}"
 
 
+def _percent(v: float | None) -> str:
+    """A rate as `12.50 %`, or `-` where there is none (it printed `- %`)."""
+    return "-" if v is None else f"{_fmt(v, 100, 2)} %"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _plain(value: object) -> Text:
     """A trace path, card id, prefix id or reason: never markup (`trace[/b].csv` was a
     MarkupError), control characters written out."""
@@ -133,7 +142,7 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
         Text.assemble(
             (report["policy"], "bold"),
             _plain(
-                f" on {report['trace']['path']}: {r['total']} requests ({r['completed']} "
+                f" on {report['trace']['path']}: {_count(r['total'], 'request')} ({r['completed']} "
                 f"completed, {r['rejected']} rejected, {r['failed']} failed) in "
                 f"{report['sim_s']:.0f} simulated s, {report['wall_s']:.1f} s wall"
             ),
@@ -142,14 +151,12 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
     head = Table(title="SLA and latency")
     for col in ("metric", "value"):
         head.add_column(col)
-    head.add_row("SLA violation rate", _fmt(sla["violation_rate"], 100, 2) + " %")
+    head.add_row("SLA violation rate", _percent(sla["violation_rate"]))
     for prio, v in sla["by_priority"].items():
-        head.add_row(f"  priority {prio}", _fmt(v, 100, 2) + " %")
+        head.add_row(f"  priority {prio}", _percent(v))
     for arm, v in sla["by_arm"].items():
         if v["requests"]:
-            head.add_row(
-                f"  arm {arm} ({v['requests']} req)", _fmt(v["violation_rate"], 100, 2) + " %"
-            )
+            head.add_row(f"  arm {arm} ({v['requests']} req)", _percent(v["violation_rate"]))
     t = report["ttft_s"]
     head.add_row(
         "TTFT p50 / p90 / p99 (s)", f"{_fmt(t['p50'])} / {_fmt(t['p90'])} / {_fmt(t['p99'])}"
