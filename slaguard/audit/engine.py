@@ -169,6 +169,14 @@ def _set_sqlite_pragmas(dbapi_conn: sqlite3.Connection, _record: object) -> None
     cursor.close()
 
 
+def _options_with_statement_timeout(url: URL, timeout_s: float) -> str:
+    """The URL's libpq `options` (a `search_path`, say) with the statement timeout added:
+    `connect_args` replaces the URL's value, and dropping it read another schema."""
+    given = url.query.get("options", ())
+    timeout = f"-c statement_timeout={max(1, round(timeout_s * 1000))}"
+    return " ".join([*([given] if isinstance(given, str) else given), timeout])
+
+
 def create_audit_engine(url: URL | str, *, statement_timeout_s: float | None = None) -> Engine:
     """An engine for the audit database (SQLite WAL or PostgreSQL via psycopg 3).
 
@@ -186,9 +194,7 @@ def create_audit_engine(url: URL | str, *, statement_timeout_s: float | None = N
         return engine
     connect_args: dict[str, Any] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
     if statement_timeout_s is not None:
-        connect_args["options"] = (
-            f"-c statement_timeout={max(1, round(statement_timeout_s * 1000))}"
-        )
+        connect_args["options"] = _options_with_statement_timeout(url, statement_timeout_s)
     return create_engine(
         url,
         connect_args=connect_args,
