@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from helpers import wait_for
 from service_helpers import Clock, build_test_service, route_request
@@ -24,6 +25,8 @@ from slaguard.audit.migrate import upgrade
 from slaguard.audit.spill import SEGMENT_SUFFIX
 from slaguard.fleet import Priority
 from slaguard.scheduler.state import QUEUE
+from slaguard.service.app import create_app
+from slaguard.service.local import ServerThread
 from slaguard.service.loops import JobStats, ServiceLoops
 from slaguard.service.runtime import ID_BATCH
 
@@ -262,3 +265,33 @@ def test_mode_sync_runs_while_every_default_thread_waits_on_the_database(
     finally:
         release.set()
         service.close()
+
+
+def test_lookups_while_the_database_is_unreachable_are_503_or_no_explanation(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`GET /v1/decisions/{id}` and a repeated `?explain=1` answered 500 with a traceback
+    in the log: a lookup the database cannot answer now is a 503 to retry, and a repeat
+    is the same decision with `explanation` null (as docs/service.md promises)."""
+    nowhere = "postgresql+psycopg://postgres@127.0.0.1:1/nowhere"  # nothing listens there
+    service = build_test_service(tmp_path, Clock(time.time()), db=nowhere)
+    app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
+    body = {"model": "llama3.1-8b", "prompt_tokens": 10, "max_new_tokens": 5}
+    try:
+        with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=10) as c:
+            first = c.post("/v1/route", json={**body, "request_id": "ev-2"})
+            assert first.status_code == 200, first.text
+            again = c.post("/v1/route?explain=1", json={**body, "request_id": "ev-2"})
+            assert again.status_code == 200, again.text
+            assert again.json() == {**first.json(), "explanation": None}
+            stored = c.get("/v1/decisions/ev-2")
+            assert stored.status_code == 503 and stored.headers["retry-after"] == "5"
+            assert stored.json()["error"].startswith(
+                "decision_id: cannot look 'ev-2' up in the audit database (connection failed"
+            ), stored.text
+            assert stored.json()["error"].endswith("; retry")
+    finally:
+        # its record stays in the journal: no need to wait the default 10 s for the drain
+        service.writer.settings = replace(service.writer.settings, drain_timeout_s=0.1)
+        service.close()
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []

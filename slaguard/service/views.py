@@ -55,11 +55,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse},
     422: {"model": ErrorResponse},
 }
-FEEDBACK_ERRORS: dict[int | str, dict[str, Any]] = {
-    **ERRORS,
-    409: {"model": ErrorResponse},
-    503: {"model": ErrorResponse},
-}
+LOOKUP_ERRORS: dict[int | str, dict[str, Any]] = {**ERRORS, 503: {"model": ErrorResponse}}
+FEEDBACK_ERRORS: dict[int | str, dict[str, Any]] = {**LOOKUP_ERRORS, 409: {"model": ErrorResponse}}
+LOOKUP_RETRY_AFTER_S = 5
 
 
 def runtime_of(request: Request) -> ServiceRuntime:
@@ -70,6 +68,16 @@ def runtime_of(request: Request) -> ServiceRuntime:
 
 class NotFoundError(LookupError):
     """Answered as 404 with the message."""
+
+
+def lookup_failed(decision_id: str, exc: SQLAlchemyError) -> Response:
+    """A 503 to retry: the audit database cannot answer a lookup now (down, locked, slow)."""
+    return error_response(
+        503,
+        f"decision_id: cannot look {decision_id!r} up in the audit database "
+        f"({error_line(exc)}); retry",
+        {"Retry-After": str(LOOKUP_RETRY_AFTER_S)},
+    )
 
 
 class RoutedNowhereError(ValueError):
@@ -106,12 +114,16 @@ def route_body(
 
 async def stored_explanation(rt: ServiceRuntime, decision_id: str) -> dict[str, Any] | None:
     """A repeated request id's explanation, from the audit DB (memory keeps only what
-    feedback needs); polls until the writer has stored it, None past the deadline."""
+    feedback needs); polls until the writer has stored it, None past the deadline or
+    while the database cannot be read (the decision itself is still the answer)."""
     if rt.store is None:
         return None
     deadline = time.monotonic() + EXPLANATION_WAIT_S
     while True:
-        found = await asyncio.to_thread(rt.store.find_explanation, decision_id)
+        try:
+            found = await asyncio.to_thread(rt.store.find_explanation, decision_id)
+        except SQLAlchemyError:  # the outage is the writer's and /readyz's to report
+            return None
         if found is not None or time.monotonic() >= deadline:
             return found
         await asyncio.sleep(0.05)
@@ -198,12 +210,7 @@ async def feedback(request: Request) -> Response:
         except RoutedNowhereError as exc:
             return error_response(409, str(exc))
         except SQLAlchemyError as exc:  # not recorded: the client must send it again
-            return error_response(
-                503,
-                f"decision_id: cannot look {body.decision_id!r} up in the audit database "
-                f"({error_line(exc)}); retry",
-                {"Retry-After": "5"},
-            )
+            return lookup_failed(body.decision_id, exc)
     if entry.target_index is None:
         return error_response(409, str(RoutedNowhereError(body.decision_id)))
     done = rt.finish(
@@ -347,13 +354,13 @@ async def status(request: Request) -> dict[str, Any]:
 
 @router.get(
     "/v1/decisions/{decision_id}",
-    responses=ERRORS,
+    responses=LOOKUP_ERRORS,
     summary="A stored decision with its explanation and outcome",
 )
 async def decision(
     request: Request,
     decision_id: str = Path(pattern=ID_PATTERN, description="the decision id (request id)"),
-) -> JSONResponse:
+) -> Response:
     rt = runtime_of(request)
     if rt.engine is None:
         raise NotFoundError("no audit database configured; decisions are not stored")
@@ -364,6 +371,8 @@ async def decision(
             " yet (the audit writer stores it within a second)" if decision_id in rt.pending else ""
         )
         raise NotFoundError(f"decision_id: no stored decision {decision_id!r}{hint}") from None
+    except SQLAlchemyError as exc:
+        return lookup_failed(decision_id, exc)
     body = {
         "decision": found.decision,
         "outcome": found.outcome,
