@@ -2,7 +2,8 @@
 
 Request ids, prefix ids, subjects and reasons come from clients and operators. Printed
 raw, an ESC sequence in one clears the screen or opens a hyperlink, and a CR/LF forges
-a line; written out (`\\x1b`, `\\r`, `\\n`) they are only read.
+a line; written out (`\\x1b`, `\\r`, `\\n`) they are only read. Names that are stored
+(an actor) are refused unless they are plain text on one line.
 """
 
 from __future__ import annotations
@@ -30,3 +31,18 @@ def inert(text: str) -> Text:
     """`text` for a rich table cell or title: control characters written out, and never
     parsed as markup (`[/x]` in an id would be a MarkupError)."""
     return Text(visible(text))
+
+
+MAX_ACTOR = 120
+"""`actor` columns hold 128 characters; the API prefixes its actors with `api:`."""
+
+
+def actor_problem(name: str) -> str | None:
+    """Why `name` cannot be stored as an actor (the CLI's `--actor`, the API's `actor`),
+    or None: a name on one line, no control characters, short enough for its column."""
+    if len(name) > MAX_ACTOR or not name.isprintable():
+        return (
+            f"{name[:40]!r} is not a name on one line of at most {MAX_ACTOR} characters; "
+            "fix: give a user or team name"
+        )
+    return None

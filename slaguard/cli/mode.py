@@ -29,16 +29,13 @@ from slaguard.guard.manual import ManualAction, ManualOutcome, ModeBusyError, ap
 from slaguard.guard.modes import NOT_LOADED
 from slaguard.guard.persist import EventPersister
 from slaguard.guard.store import GuardStore
-from slaguard.plaintext import visible
+from slaguard.plaintext import actor_problem, visible
 
 _T = TypeVar("_T")
 GUARD_STATEMENT_TIMEOUT_S = 15.0
 """A command waiting longer on a lock (a stuck migration, a manual LOCK TABLE) fails in
 one line instead of hanging without a word."""
 ActorOption = typer.Option(None, "--actor", help="Who does this (default: the OS user).")
-
-_MAX_ACTOR = 120
-"""`actor` columns hold 128 characters; the API prefixes its actors with `api:`."""
 
 
 def query_or_fail(run: Callable[[], _T]) -> _T:
@@ -54,11 +51,9 @@ def _actor(value: str | None) -> str:
         name = value.strip()
         if not name:
             fail("--actor: empty; give a name, or leave it out to use the OS user")
-        if len(name) > _MAX_ACTOR or not name.isprintable():
-            fail(
-                f"--actor: {name[:40]!r} is not a name on one line of at most {_MAX_ACTOR} "
-                "characters; fix: give a user or team name"
-            )
+        problem = actor_problem(name)
+        if problem is not None:
+            fail(f"--actor: {problem}")
         return name
     try:
         return getpass.getuser()

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from pydantic import BaseModel, ValidationError
 
+from slaguard.plaintext import actor_problem
 from slaguard.service.hotpath import json_body, validation_message
 from slaguard.service.modes import FiringAlert, ModeUnavailableError
 from slaguard.service.schemas import (
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 _Body = TypeVar("_Body", bound=BaseModel)
 _T = TypeVar("_T")
+NUL = "\x00"
+"""The one character PostgreSQL text cannot hold (SQLite can: refused on both alike)."""
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse},
     403: {"model": ErrorResponse},
@@ -84,6 +87,15 @@ async def _parsed(request: Request, model: type[_Body]) -> _Body:
 async def mode(request: Request) -> ModeResponse:
     body = await _parsed(request, ModeRequest)
     rt = runtime_of(request)
+    if NUL in body.reason:
+        raise HTTPException(
+            422,
+            "reason: contains a NUL character (\\x00), which the audit database cannot store; "
+            "fix: send the reason without it",
+        )
+    problem = actor_problem(body.actor)
+    if problem is not None:
+        raise HTTPException(422, f"actor: {problem}")
     if body.stage_pct is not None and body.action != "resume":
         raise HTTPException(422, "stage_pct: only valid with action 'resume'")
     try:
@@ -99,6 +111,13 @@ async def mode(request: Request) -> ModeResponse:
     return ModeResponse(
         changed=change.changed, mode=change.mode, version=change.version, message=change.message
     )
+
+
+def _nul_written_out(texts: dict[str, str]) -> dict[str, str]:
+    """An alert's labels or annotations storable in PostgreSQL (its text cannot hold NUL):
+    each NUL written out as `\\x00`. Refusing the alert would stop a critical rollback,
+    and a 503 has Alertmanager retry it for ever."""
+    return {k.replace(NUL, "\\x00"): v.replace(NUL, "\\x00") for k, v in texts.items()}
 
 
 def _unix_or_none(moment: str | None) -> float | None:
@@ -133,6 +152,8 @@ async def alertmanager(request: Request) -> AlertmanagerResponse:
     rt = runtime_of(request)
     wanted = set(rt.config.alertmanager.rollback_alerts)
     severities = set(rt.config.alertmanager.rollback_severities)
+    for a in body.alerts:
+        a.labels, a.annotations = _nul_written_out(a.labels), _nul_written_out(a.annotations)
     firing = [
         FiringAlert(
             alertname=a.labels.get("alertname", ""),

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
+from slaguard.plaintext import MAX_ACTOR
+
 MAX_TOKENS = 10_000_000
 ID_PATTERN = r"^[\x21-\x7e]{1,128}$"
 """Printable ASCII without spaces: ids end up in URLs, logs and VARCHAR(128) columns."""
@@ -143,7 +145,7 @@ class ModeRequest(_Body):
 
     action: Literal["rollback", "hold", "resume"]
     reason: str = Field(min_length=1, max_length=500)
-    actor: str = Field(default="api", min_length=1, max_length=128)
+    actor: str = Field(default="api", min_length=1, max_length=MAX_ACTOR)
     stage_pct: Annotated[int, Field(gt=0, le=100), JSON_NUMBER] | None = Field(
         default=None, description="resume only"
     )
