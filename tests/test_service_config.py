@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
+from slaguard.service.bootstrap import build_service
 from slaguard.service.config import ServiceConfigError, admin_token, load_config
 from slaguard.service.config_sections import ALERT_SEVERITIES, SLAGUARD_ALERTS
 
@@ -230,3 +233,40 @@ def test_an_unknown_key_lists_its_sections_keys_and_where_they_are_documented(
     assert _error(tmp_path / "serve.yaml").endswith(
         "(examples/serve.yaml); did you mean 'read_timeout_s'?"
     )
+
+
+def test_the_example_config_leaves_the_database_to_slaguard_db_and_serve_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """examples/serve.yaml set `db:` with a comment reading like a default: serve with it
+    ignored $SLAGUARD_DB, wrote ./slaguard.db, and nothing in the log said which."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SLAGUARD_DB", f"sqlite:///{tmp_path / 'ops' / 'audit.db'}")
+    (tmp_path / "ops").mkdir()
+    flags: dict[str, object] = {"fleet": ROOT / "examples" / "fleet.yaml", "notify_file": "n.jsonl"}
+    config = load_config(ROOT / "examples" / "serve.yaml", flags)
+    assert config.db is None
+    caplog.set_level(logging.INFO, logger="slaguard.service.bootstrap")
+    build_service(config).close()
+    assert (tmp_path / "ops" / "audit.db").is_file()
+    assert not (tmp_path / "slaguard.db").exists()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("audit database")]
+    assert said == [f"audit database sqlite:///{tmp_path / 'ops' / 'audit.db'}"]
+
+
+def test_the_database_named_at_start_hides_its_password_and_is_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    caplog.set_level(logging.INFO, logger="slaguard.service.bootstrap")
+    secret = "postgresql+psycopg://slaguard:s3cret@127.0.0.1:1/audit"  # nothing listens
+    for db in ("relative.db", secret):
+        service = build_service(load_config(None, {"db": db, "spill_dir": tmp_path / db[:3]}))
+        service.writer.settings = replace(service.writer.settings, drain_timeout_s=0.1)
+        service.close()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("audit database")]
+    assert said == [
+        f"audit database sqlite:///{tmp_path / 'relative.db'}",
+        "audit database postgresql+psycopg://slaguard:***@127.0.0.1:1/audit",
+    ]
+    assert "s3cret" not in caplog.text

@@ -32,6 +32,7 @@ from slaguard.audit.engine import (
     error_line,
     operator_url,
     resolve_db_url,
+    shown_url,
 )
 from slaguard.audit.migrate import (
     SchemaNotCurrentError,
@@ -171,6 +172,7 @@ def build_service(
     )
 
     # logged once nothing can refuse the start any more: a refusal stays one line
+    log.info("audit database %s", shown_url(operator_url(url)))  # which of --db, env, file won
     if destination is not None:
         log.info("incident messages go to %s", destination)
     if problem is not None:
