@@ -11,13 +11,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 from test_guard_store import insert_arm_rows, start_rollout, trip, tripping_guard
 from typer.testing import CliRunner
 
-from slaguard.audit.models import ModeChange
+from slaguard.audit.models import Decision, ModeChange, Outcome
 from slaguard.cli.main import app
 from slaguard.guard import modes
 from slaguard.guard.incident_store import IncidentStore
@@ -270,3 +271,34 @@ def test_an_option_given_as_a_value_switches_nothing(audit_engine: Engine, args:
     assert error.startswith(f"error: {flag}: '{value}' looks like an option, not a value; "), error
     after = GuardStore(audit_engine).load(time.time())
     assert (after.version, after.mode) == (before.version, before.mode)
+
+
+def _strict_json(text: str) -> Any:
+    """JSON as other tools read it: `Infinity` and `NaN` are not JSON."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_status_json_is_strict_json_when_round_robin_has_no_violations(
+    audit_engine: Engine,
+) -> None:
+    """`"learned_vs_round_robin": Infinity` (jq and every strict parser refuse it) when the
+    learned arm had violations and round-robin none."""
+    insert_arm_rows(audit_engine, time.time() - 60)  # learned 24/60 missed, round-robin 2/60
+    with audit_engine.begin() as conn:
+        conn.execute(
+            update(Outcome)
+            .where(
+                Outcome.request_id.in_(
+                    select(Decision.request_id).where(Decision.policy_arm == "round_robin")
+                )
+            )
+            .values(sla_met=True)
+        )
+    status = _strict_json(ok("status", "--db", url_of(audit_engine), "--json"))
+    assert status["learned_vs_round_robin"] is None
+    assert [a["sla_violation_rate"] for a in status["arms"]] == [0.4, 0.0]
+    assert status["verdict"].startswith("learned / round_robin violation rate xinf (above")

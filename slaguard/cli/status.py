@@ -7,6 +7,7 @@ No pandas here (`guard/status_rows.py`): it is what an SRE runs first in an inci
 from __future__ import annotations
 
 import json
+import math
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -82,10 +83,10 @@ def status(
             "switches_last_hour": st.switches_within_hour(now_s), "leader": leader,
             "open_incidents": [_iso_times(inc) for inc in incidents],
             "arms": arms.arms,
-            "window_s": span.total_seconds(), "learned_vs_round_robin": arms.ratio,
+            "window_s": span.total_seconds(), "learned_vs_round_robin": _finite(arms.ratio),
             "verdict": arms.verdict,
         }  # fmt: skip
-        typer.echo(json.dumps(payload, indent=2))
+        typer.echo(json.dumps(payload, indent=2, allow_nan=False))  # strict: no Infinity
         return
     kind = "" if st.entered_by is None else f" ({st.entered_by.value})"
     plan = _plan_line(st.mode.kind, st.auto_advance, st.entered_by)
@@ -115,6 +116,13 @@ def status(
     lines.append(f"  {arms.verdict}")
     # reasons, actors and subjects are data: one line each, their control characters inert
     typer.echo("\n".join(visible(line) for line in lines))
+
+
+def _finite(ratio: float | None) -> float | None:
+    """The learned / round-robin ratio as JSON has it: None when there is none (an arm
+    without outcomes) or it is infinite (round-robin without violations, learned with
+    some; `verdict` says `xinf` and the arms' rates tell the two apart)."""
+    return ratio if ratio is not None and math.isfinite(ratio) else None
 
 
 def _switches(n: int) -> str:
