@@ -103,6 +103,22 @@ def error_line(exc: BaseException, *, with_type: bool = False) -> str:
     return f"{type(original).__name__}: {lines[0]}" if with_type else lines[0]
 
 
+PG_INSUFFICIENT_PRIVILEGE = "42501"
+
+
+def refused_writes(url: URL, exc: BaseException) -> str | None:
+    """What to say when the database refuses the role's writes (PostgreSQL: permission
+    denied), None for any other error: retrying cannot help, a grant does."""
+    if getattr(getattr(exc, "orig", None), "sqlstate", None) != PG_INSUFFICIENT_PRIVILEGE:
+        return None
+    role = url.username or "the role slaguard connects as"
+    return (
+        f"audit database refuses slaguard's writes: {error_line(exc)}; fix: grant SELECT, "
+        f"INSERT, UPDATE on slaguard's tables and USAGE on their sequences to {role}, or use "
+        "a role that owns them"
+    )
+
+
 def sqlite_path(url: URL) -> Path | None:
     """The file behind a SQLite URL, None for other backends or in-memory databases."""
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):

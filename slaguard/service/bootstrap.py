@@ -31,6 +31,7 @@ from slaguard.audit.engine import (
     default_spill_dir,
     error_line,
     operator_url,
+    refused_writes,
     resolve_db_url,
     shown_url,
 )
@@ -205,7 +206,10 @@ def build_service(
             try:
                 await asyncio.to_thread(record_weight_version, engine, rec)
             except SQLAlchemyError as exc:  # e.g. SQLite locked by another process: retried
-                problem = f"audit database busy: {error_line(exc)}"
+                refused = refused_writes(engine.url, exc)
+                problem = refused or f"audit database busy: {error_line(exc)}"
+                if refused is not None and runtime.ready_problem != refused:
+                    log.error("not ready: %s", refused)  # once: no retry mends a grant
         runtime.ready_problem = problem
 
     return Service(runtime, engine, writer, readiness, modes)
