@@ -88,12 +88,34 @@ def test_downgrade_to_base_drops_everything_and_upgrade_restores(empty_engine: E
     assert current_revision(empty_engine) == head_revision()
 
 
-def test_newer_schema_is_refused_with_the_fix(empty_engine: Engine) -> None:
+@pytest.mark.parametrize("revision", ["0099_from_the_future", "abc123def"])
+def test_an_unknown_revision_is_refused_with_both_fixes(
+    empty_engine: Engine, revision: str
+) -> None:
+    """Another Alembic-managed application's database (`abc123def`) was called newer than
+    this slaguard, with `upgrade slaguard` as the only fix."""
     upgrade(empty_engine)
     with empty_engine.begin() as conn:
-        conn.execute(text("UPDATE alembic_version SET version_num = '0099_from_the_future'"))
-    with pytest.raises(SchemaNotCurrentError, match=r"newer than this slaguard.*pip install -U"):
-        require_current_schema(empty_engine)
+        conn.execute(text(f"UPDATE alembic_version SET version_num = '{revision}'"))
+    url = empty_engine.url.render_as_string(hide_password=True)
+    try:
+        with pytest.raises(SchemaNotCurrentError) as refused:
+            require_current_schema(empty_engine)
+        current = CliRunner().invoke(app, ["db", "current", "--db", url])
+    finally:  # the next test's fixture downgrades this database: only from a known revision
+        with empty_engine.begin() as conn:
+            conn.execute(text(f"UPDATE alembic_version SET version_num = '{head_revision()}'"))
+    assert str(refused.value) == (
+        f"database {url} is at schema revision {revision}, which this slaguard (head "
+        "0002_guard_state) does not know: either a newer slaguard migrated it (fix: upgrade "
+        "slaguard, `pip install -U slaguard`) or it is another application's database (fix: "
+        "give slaguard a database, or a schema, of its own)"
+    )
+    assert current.exit_code == 1 and current.stdout == (
+        f"{url}: revision {revision} (head 0002_guard_state): unknown to this slaguard: a "
+        "newer slaguard's (upgrade slaguard) or another application's database (use one of "
+        "slaguard's own)\n"
+    )
 
 
 def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:

@@ -177,9 +177,10 @@ def test_a_database_from_a_newer_slaguard_is_one_line_not_a_traceback(tmp_path: 
     result = CliRunner().invoke(app, ["serve", "--db", str(db), "--port", "0"])
     assert result.exit_code == 2 and result.stdout == "", result.output
     assert result.stderr == (
-        f"error: database sqlite:///{db} is at schema revision 0099_from_the_future, newer "
-        "than this slaguard (head 0002_guard_state); upgrade slaguard (`pip install -U "
-        "slaguard`) before using it\n"
+        f"error: database sqlite:///{db} is at schema revision 0099_from_the_future, which "
+        "this slaguard (head 0002_guard_state) does not know: either a newer slaguard migrated "
+        "it (fix: upgrade slaguard, `pip install -U slaguard`) or it is another application's "
+        "database (fix: give slaguard a database, or a schema, of its own)\n"
     )
     assert not (tmp_path / "audit.db.spill").exists()
 

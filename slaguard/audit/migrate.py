@@ -22,7 +22,7 @@ MIGRATIONS_ENV_VAR = "SLAGUARD_MIGRATIONS"
 
 
 class SchemaNotCurrentError(RuntimeError):
-    """The database schema is missing, behind or ahead of this slaguard's migrations."""
+    """The database schema is missing, behind, or at a revision this slaguard does not know."""
 
 
 def migrations_dir() -> Path:
@@ -92,17 +92,21 @@ def downgrade(engine: Engine, revision: str) -> None:
 
 
 def refuse_newer_schema(engine: Engine) -> None:
-    """Raise SchemaNotCurrentError when a newer slaguard migrated the database (a revision
-    our scripts do not know): Alembic cannot upgrade from it, and our code would misread it."""
-    _refuse_newer(engine, current_revision(engine))
+    """Raise SchemaNotCurrentError when the database is at a revision our scripts do not
+    know (a newer slaguard's, or another Alembic application's): Alembic cannot upgrade
+    from it, and our code would misread it."""
+    _refuse_unknown(engine, current_revision(engine))
 
 
-def _refuse_newer(engine: Engine, current: str | None) -> None:
+def _refuse_unknown(engine: Engine, current: str | None) -> None:
+    """Both causes, with their fixes: the revision alone cannot tell them apart (another
+    application's database was called newer, with `upgrade slaguard` as the only fix)."""
     if current is not None and current not in known_revisions():
         raise SchemaNotCurrentError(
-            f"database {shown_url(engine.url)} is at schema revision {current}, newer than "
-            f"this slaguard (head {head_revision()}); upgrade slaguard (`pip install -U "
-            "slaguard`) before using it"
+            f"database {shown_url(engine.url)} is at schema revision {current}, which this "
+            f"slaguard (head {head_revision()}) does not know: either a newer slaguard "
+            "migrated it (fix: upgrade slaguard, `pip install -U slaguard`) or it is another "
+            "application's database (fix: give slaguard a database, or a schema, of its own)"
         )
 
 
@@ -113,7 +117,7 @@ def require_current_schema(engine: Engine) -> None:
     head = head_revision()
     if current == head:
         return
-    _refuse_newer(engine, current)
+    _refuse_unknown(engine, current)
     if current is None:
         raise SchemaNotCurrentError(
             f"database {url} has no slaguard schema; run `slaguard db upgrade --db {url}`"

@@ -61,7 +61,10 @@ def current_command(db: str | None = DbOption) -> None:
     elif current in known_revisions():
         state = f"behind: run {upgrade_it}"
     else:
-        state = "newer than this slaguard: upgrade slaguard"
+        state = (
+            "unknown to this slaguard: a newer slaguard's (upgrade slaguard) or another "
+            "application's database (use one of slaguard's own)"
+        )
     typer.echo(f"{shown_url(engine.url)}: revision {current or 'none'} (head {head}): {state}")
     if current != head:
         raise typer.Exit(1)
