@@ -118,11 +118,20 @@ class MetricsScraper:
             picture = parse_vllm_metrics(text)
         except (aiohttp.ClientError, TimeoutError, ScrapeError, ValueError) as exc:
             self.errors += 1
-            self._failures[target.id].failed(f"{url}: {type(exc).__name__}: {exc}", self.clock())
+            detail = f"{url}: {type(exc).__name__}: {self._detail(exc)}"
+            self._failures[target.id].failed(detail, self.clock())
             return
         now_s = self.clock()
         self._failures[target.id].succeeded(now_s)
         apply_picture(self.state, target, picture, now_s)
+
+    def _detail(self, exc: BaseException) -> str:
+        """The error's own text; a timeout has none, so the limit it ran into."""
+        if str(exc):
+            return str(exc)
+        if isinstance(exc, TimeoutError):
+            return f"no answer within {self.timeout.total:g} s (telemetry.scrape_timeout_s)"
+        return "no detail given"
 
     async def scrape_once(self) -> None:
         """Scrape all targets concurrently; failures leave their pictures to age."""
