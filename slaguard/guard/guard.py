@@ -19,7 +19,9 @@ Driver contract (the simulator on simulated time, the service on wall time):
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from slaguard.guard import modes, rollout_compare
@@ -35,7 +37,7 @@ from slaguard.guard.events import (
     VerdictPhase,
 )
 from slaguard.guard.hot_spot import HotSpotDetector
-from slaguard.guard.incidents import IncidentTracker
+from slaguard.guard.incidents import IncidentTracker, OpenIncident
 from slaguard.guard.modes import ModeState, TransitionResult
 from slaguard.guard.rollout_compare import RolloutCompareDetector
 from slaguard.guard.samples import FirstToken, GuardSample, Handed
@@ -70,6 +72,15 @@ def _judged_now(report: DetectorReport | None) -> str:
     if report.score is None or report.threshold is None:
         return "normal now"
     return f"normal now (score {report.score:.3g}, threshold {report.threshold:.3g})"
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """What a command changes in a guard, kept to go back to if its switch is refused."""
+
+    state: ModeState
+    breaker: BreakerState
+    incident: OpenIncident | None
 
 
 class Guard:
@@ -299,6 +310,18 @@ class Guard:
         breaker lived only in this process, so a restart advanced a fleet this one held
         back), and a fault still there trips again after `trip_after` bad evaluations."""
         self.breaker = BreakerState()
+
+    def checkpoint(self) -> Checkpoint:
+        """The state, breaker and open incident as they are, before a command."""
+        return Checkpoint(self.state, self.breaker, copy.deepcopy(self.incidents.current))
+
+    def undo(self, checkpoint: Checkpoint) -> None:
+        """Back to `checkpoint`: the database refused the command's switch, so the fleet
+        never left that state. Left one version ahead, a replica routed a mode never
+        stored and ignored the stored one as older, so every later command conflicted."""
+        self._take(checkpoint.state, new_stage=False)
+        self.breaker = checkpoint.breaker
+        self.incidents.current = checkpoint.incident
 
     def adopt_state(
         self, stored: ModeState, now_s: float, *, replacing_unsaved: bool = False

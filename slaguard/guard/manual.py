@@ -4,7 +4,9 @@ The CLI (service down or not) and a replica's admin endpoint both run them here:
 the stored mode and the open incident, apply the pure transition, store the switch with
 compare-and-set and queue the incident's resolution when the command ends the episode.
 A switch by someone else in between is not overwritten: the command is re-applied to
-the new state (so "already on round-robin" stays an idempotent answer).
+the new state (so "already on round-robin" stays an idempotent answer). A switch the
+database refuses for another reason (a lock, a value it will not store) is undone: the
+guard stays on the stored state, so the command can simply be tried again.
 
 A rollback asked for by an alert (Alertmanager) carries the alert as a trip verdict: the
 switch then opens an incident with the alert's evidence (or updates the open one), and
@@ -17,9 +19,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from slaguard.guard.events import GuardEvent, IncidentEvent
-from slaguard.guard.guard import Guard
+from slaguard.guard.guard import Checkpoint, Guard
 from slaguard.guard.modes import TransitionResult
-from slaguard.guard.persist import EventPersister
+from slaguard.guard.persist import EventPersister, PersistResult
 from slaguard.guard.verdicts import Verdict
 
 ATTEMPTS = 5
@@ -53,10 +55,11 @@ def note_alerts_resolved(
     its thread (stored in the outbox); True if one was queued."""
     guard.adopt_state(persister.modes.load(now_s), now_s)
     guard.incidents.current = persister.incidents.restore()
+    checkpoint = guard.checkpoint()
     event = guard.incidents.alert_resolved(now_s, detector, alertnames, guard.state.mode.label)
     if event is None:
         return False
-    return persister.persist(guard, [event], now_s).conflict is None
+    return _persist_or_undo(guard, persister, [event], now_s, checkpoint).conflict is None
 
 
 def apply_manual(
@@ -78,6 +81,7 @@ def apply_manual(
         guard.adopt_state(persister.modes.load(now_s), now_s)
         guard.incidents.current = persister.incidents.restore()
         before = guard.state.mode.label
+        checkpoint = guard.checkpoint()
         events: list[GuardEvent]
         if action is ManualAction.RESUME:
             result, events = guard.resume(now_s, actor=actor, reason=reason, stage_pct=stage_pct)
@@ -92,9 +96,24 @@ def apply_manual(
         if alert is not None:
             opened = guard.incidents.tripped(now_s, [alert], before, result.state.mode.label)
             events = [opened, *events]
-        stored = persister.persist(guard, events, now_s)
+        stored = _persist_or_undo(guard, persister, events, now_s, checkpoint)
         if stored.conflict is None:
             return ManualOutcome(result, stored.queued, stored.incident_id)
     raise ModeBusyError(
         f"the fleet mode changed {ATTEMPTS} times while applying {action.value}; try again"
     )
+
+
+def _persist_or_undo(
+    guard: Guard,
+    persister: EventPersister,
+    events: list[GuardEvent],
+    now_s: float,
+    checkpoint: Checkpoint,
+) -> PersistResult:
+    """Store a command's events; if the database refuses them, back to `checkpoint`."""
+    try:
+        return persister.persist(guard, events, now_s)
+    except BaseException:
+        guard.undo(checkpoint)
+        raise
