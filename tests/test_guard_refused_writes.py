@@ -1,25 +1,35 @@
 """A switch the database refuses (not a lost compare-and-set: a lock held elsewhere, a
 value it will not store) on both backends: a command leaves the guard on the stored
-state, so the next command succeeds."""
+state, so the next command succeeds; the leader's own trip stays in force here and is
+written at the next sync that reaches the database."""
 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
+from conftest import pg_connect
 from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import SQLAlchemyError
-from test_guard_store import T0, same_state, start_rollout
+from sqlalchemy.orm import Session
+from test_guard_store import T0, arm_samples, same_state, start_rollout, tripping_guard
+from test_replicas_runtime import run_until_trip
 
-from slaguard.audit.models import Incident
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.models import Incident, ModeChange
 from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore
+from slaguard.guard.leader import SoloLease
 from slaguard.guard.manual import ManualAction, apply_manual
 from slaguard.guard.persist import EventPersister
+from slaguard.guard.runtime import GuardReplica
 from slaguard.guard.store import GuardStore
 from slaguard.guard.verdicts import Action, Severity, Verdict
+from slaguard.notify.file import FileNotifier
 
 ALERT = Verdict(
     "alertmanager", Action.TRIP, "SlaguardSLAErrorBudgetBurn", Severity.CRITICAL,
@@ -77,3 +87,58 @@ def test_a_refused_command_leaves_the_guard_on_the_stored_state(audit_engine: En
     )  # fmt: skip
     assert [(e.state.value, e.revision) for e in held.queued] == [("resolved", 1)]
     same_state(guard.state, store.load(T0 + 11))
+
+
+@contextmanager
+def mode_refused(engine: Engine) -> Iterator[Engine]:
+    """An engine whose switches the database refuses while this lasts: PostgreSQL, another
+    session locks `fleet_state` (statements time out after 0.5 s; an incident row can
+    still be written); SQLite, another writer holds the file."""
+    if engine.dialect.name != "postgresql":
+        with refused_reason(engine):
+            yield engine
+        return
+    timed = create_audit_engine(engine.url, statement_timeout_s=0.5)
+    with pg_connect(engine.url) as blocker:
+        blocker.execute("BEGIN")
+        blocker.execute("LOCK TABLE fleet_state IN EXCLUSIVE MODE")
+        yield timed
+        blocker.execute("ROLLBACK")
+    timed.dispose()
+
+
+@pytest.mark.parametrize("stored_by", ["sync", "command"])
+def test_a_refused_trip_stays_in_force_and_is_stored_with_its_incident(
+    audit_engine: Engine, tmp_path: Path, stored_by: str
+) -> None:
+    """The leader routes round-robin at once; the next sync writes the switch, linked to
+    the incident it opened (not to a row rolled back with the refused switch), and a
+    command taken before that sync first writes it too."""
+    now = time.time()
+    start_rollout(GuardStore(audit_engine), at_s=now - 30)
+    with mode_refused(audit_engine) as engine:
+        leader = GuardReplica(
+            engine, SoloLease(), FileNotifier(tmp_path / "notify.jsonl"), replica_id="a",
+            config=tripping_guard(GuardStore(audit_engine).load(now)).config,
+        )  # fmt: skip
+        assert leader.sync(now).leader
+        for sample in arm_samples(now - 5):
+            leader.observe(sample)
+        (change,) = run_until_trip(leader, now)
+        assert leader.stats.persist_errors == 1
+        assert leader.current().label == "round_robin"  # this replica is safe at once
+    assert GuardStore(audit_engine).load(now).mode.label == "rollout(50)"
+    if stored_by == "sync":
+        assert leader.sync(now + 11).error is None
+        assert GuardStore(audit_engine).load(now + 11).mode.label == "round_robin"
+    held = leader.command(ManualAction.HOLD, now + 12, actor="ana", reason="hold")
+    assert held.result.changed and leader.current().label == "held_round_robin"
+    with Session(audit_engine) as session:
+        changes = session.scalars(select(ModeChange).order_by(ModeChange.id)).all()
+        (incident,) = session.scalars(select(Incident)).all()
+    assert [(c.to_mode, c.incident_id) for c in changes[-2:]] == [
+        ("round_robin", incident.id), ("held_round_robin", incident.id),
+    ]  # fmt: skip
+    assert change.transition.version == changes[-2].evidence["transition"]["version"]
+    assert incident.resolved_at is not None
+    leader.close()

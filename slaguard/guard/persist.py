@@ -10,7 +10,8 @@ CLI (a one-shot guard over the database), so both number, link and queue the sam
    (replicas answering one Alertmanager alert at once opened one incident each, and each
    was announced), the stored state is adopted (`Guard.adopt_state`: the local
    transition did not happen, and a changed learned share restarts the TTFT baselines)
-   and the tracker is re-read from the database;
+   and the tracker is re-read from the database; the tracker takes an opened incident's
+   audit id only once it is committed;
 3. updates and resolutions are queued under the stored incident's next revision, unless
    the incident is already resolved (then the state change was already announced);
 4. each incident state change stored is logged once (INFO), with its audit id, by the
@@ -75,6 +76,7 @@ class EventPersister:
             guard.adopt_state(stored, now_s, replacing_unsaved=True)
             guard.incidents.current = self.incidents.restore()
             return PersistResult(conflict=stored)
+        _track_opened(guard, events, result.queued)
         for event in events:
             if isinstance(event, IncidentEvent) and event.state is not IncidentState.OPENED:
                 current = guard.incidents.current
@@ -100,10 +102,6 @@ class EventPersister:
         for event in events:
             if isinstance(event, IncidentEvent) and event.state is IncidentState.OPENED:
                 stored = self.incidents.open(event, now_s, guard.incidents.current, conn)
-                current = guard.incidents.current
-                if current is not None and current.incident_id == event.incident_id:
-                    current.incident_id = stored.incident_id
-                    current.revision = stored.revision + 1
                 result.queued.append(stored)
                 result.incident_id = int(stored.incident_id)
         if result.incident_id is None:
@@ -111,6 +109,20 @@ class EventPersister:
         for event in events:
             if isinstance(event, ModeChangedEvent):
                 self.modes.save(event.transition, now_s, incident_id=result.incident_id, conn=conn)
+
+
+def _track_opened(guard: Guard, events: list[GuardEvent], opened: list[IncidentEvent]) -> None:
+    """The tracker takes the audit id of the incident it opened, once that is committed: an
+    id rolled back with a refused switch linked the retried switch to no row."""
+    current = guard.incidents.current
+    for event, stored in zip(
+        (e for e in events if isinstance(e, IncidentEvent) and e.state is IncidentState.OPENED),
+        opened,
+        strict=True,
+    ):
+        if current is not None and current.incident_id == event.incident_id:
+            current.incident_id = stored.incident_id
+            current.revision = stored.revision + 1
 
 
 def _linked_incident(events: list[GuardEvent]) -> int | None:

@@ -40,7 +40,7 @@ from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore, QueuedMessage
 from slaguard.guard.leader import LeaderLease
 from slaguard.guard.manual import ManualAction, ManualOutcome, apply_manual, note_alerts_resolved
-from slaguard.guard.modes import NOT_LOADED, ModeState, ModeTransition, TransitionKind
+from slaguard.guard.modes import NOT_LOADED, ModeState, TransitionKind
 from slaguard.guard.outbox_sender import OutboxSender
 from slaguard.guard.persist import EventPersister
 from slaguard.guard.replica_stats import ReplicaStats, SyncReport
@@ -99,7 +99,7 @@ class GuardReplica:
         self._local: deque[GuardSample | FirstToken] = deque(maxlen=LOCAL_QUEUE_MAX)
         self._arrivals: deque[Arrival] = deque(maxlen=LOCAL_QUEUE_MAX)
         self._handed_partial_until = -math.inf
-        self._unsaved: tuple[ModeTransition, int | None] | None = None
+        self._unsaved: list[GuardEvent] | None = None
         self._leading = False
 
     # -- no I/O ---------------------------------------------------------------------------
@@ -146,8 +146,7 @@ class GuardReplica:
         self._leading = leader
         try:
             with self._lock:
-                if self._unsaved is not None:
-                    self._retry_unsaved(now_s)
+                self._retry_unsaved(now_s)
                 adopted = self._adopt_newer(now_s)
                 if gained or lost:
                     self.stats.leader_changes += 1
@@ -238,6 +237,7 @@ class GuardReplica:
         """A human's rollback / hold / resume, stored at once (raises on database errors).
         `alert`: the alert that asked for a rollback, stored as the incident it opens."""
         with self._lock:
+            self._retry_unsaved(now_s)  # the command starts from this guard's state
             try:
                 return apply_manual(
                     self.guard, self.persister, action, now_s,
@@ -250,6 +250,7 @@ class GuardReplica:
     def alerts_resolved(self, detector: str, alertnames: set[str], now_s: float) -> bool:
         """See `note_alerts_resolved` (raises on database errors)."""
         with self._lock:
+            self._retry_unsaved(now_s)
             try:
                 return note_alerts_resolved(self.guard, self.persister, detector, alertnames, now_s)
             finally:
@@ -335,37 +336,26 @@ class GuardReplica:
         return stored
 
     def _store(self, events: list[GuardEvent], now_s: float) -> None:
-        """Persist under the lock; a switch the database refused to take is retried."""
-        if not events:
+        """Persist under the lock, after a batch the database refused (kept while it holds
+        a switch: stored with the next batch or at the next sync, so the trip's incident
+        opens and its switch names it)."""
+        batch = [*(self._unsaved or []), *events]
+        if not batch:
             return
         try:
-            self.persister.persist(self.guard, events, now_s)
+            self.persister.persist(self.guard, batch, now_s)
         except SQLAlchemyError as exc:
             self.stats.persist_errors += 1
             self.stats.last_error = error_line(exc, with_type=True)
             log.error("guard events not stored: %s", self.stats.last_error)
-            changes = [e.transition for e in events if isinstance(e, ModeChangedEvent)]
-            if changes:
-                current = self.guard.incidents.current
-                link = current.incident_id if current is not None else ""
-                self._unsaved = (changes[-1], int(link) if link.isdigit() else None)
-
-    def _retry_unsaved(self, now_s: float) -> None:
-        assert self._unsaved is not None
-        transition, link = self._unsaved
-        if self.store.version() < transition.version:
-            saved = self.store.save(transition, now_s, incident_id=link)
-            self._unsaved = None
-            if saved.saved or saved.stored is None:
-                return
-            stored = saved.stored
+            if any(isinstance(e, ModeChangedEvent) for e in batch):
+                self._unsaved = batch
         else:
             self._unsaved = None
-            stored = self.store.load(now_s)
-            ours = stored.version == transition.version and stored.mode.label == transition.to_mode
-            if ours and abs(stored.since_s - transition.at_s) < 1e-3:
-                return
-        # Another writer took that version: its state wins over the one we could not store.
-        self.guard.adopt_state(stored, now_s, replacing_unsaved=True)
-        if self._leading:
-            self.guard.incidents.current = self.incidents.restore()
+
+    def _retry_unsaved(self, now_s: float) -> None:
+        """Store the refused batch (raises while the database refuses it). Another writer
+        that took its version meanwhile wins: its state replaces this guard's."""
+        if self._unsaved is not None:
+            self.persister.persist(self.guard, self._unsaved, now_s)
+            self._unsaved = None
