@@ -81,8 +81,13 @@ class LeaderLease(Protocol):
         """Leader as of the last poll (no I/O)."""
         ...
 
-    def poll(self) -> bool:
-        """Re-check or try to take leadership (blocking, bounded); True if leading now."""
+    def poll(self, *, take: bool = True) -> bool:
+        """Re-check or (`take`) try to take leadership (blocking, bounded); True if
+        leading now. Without `take` it only keeps up the follower's side (router inputs)."""
+        ...
+
+    def release(self) -> None:
+        """Give leadership up and stay a follower (another replica's poll takes it)."""
         ...
 
     def publish(self, text: str) -> None:
@@ -185,7 +190,7 @@ class PostgresLeaderLease:
         conn.add_notify_handler(self._on_notify)
         return conn
 
-    def poll(self) -> bool:
+    def poll(self, *, take: bool = True) -> bool:
         try:
             if self._conn is None or self._conn.closed:
                 self._held = False
@@ -194,9 +199,11 @@ class PostgresLeaderLease:
             if self._held:
                 row = self._conn.execute(_HELD_SQL, (_CLASS_ID, _OBJ_ID)).fetchone()
                 self._held = bool(row and row[0])
-            if not self._held:
+            if not self._held and take:
                 row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
                 self._held = bool(row and row[0])
+            elif not self._held:
+                self._conn.execute("SELECT 1")  # delivers the router inputs that arrived
         except psycopg.Error as exc:
             if self._held:
                 log.warning("guard leadership lost: %s", error_line(exc))
@@ -238,6 +245,17 @@ class PostgresLeaderLease:
             except psycopg.Error:
                 log.debug("closing the leader connection failed", exc_info=True)
             self._conn = None
+
+    def release(self) -> None:
+        if self._held and self._conn is not None and not self._conn.closed:
+            try:
+                self._conn.execute("SELECT pg_advisory_unlock_all()")
+            except psycopg.Error as exc:  # the session goes, and the lock with it
+                log.debug("unlocking failed: %s", exc)
+                self._drop()
+        self._held = False
+        self._forwarded = []
+        self._close_samples()
 
     def close(self) -> None:
         """Unlock before closing: the server ends a closed session a moment later, and
@@ -293,9 +311,12 @@ class FileLeaderLease:
         except OSError:
             self._latest = None
 
-    def poll(self) -> bool:
+    def poll(self, *, take: bool = True) -> bool:
         if self._fd is not None:
             return True
+        if not take:
+            self._read_published()
+            return False
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # a reader could flock it
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -308,11 +329,14 @@ class FileLeaderLease:
         self._fd = fd
         return True
 
-    def close(self) -> None:
+    def release(self) -> None:
         if self._fd is not None:
             os.ftruncate(self._fd, 0)
             os.close(self._fd)
             self._fd = None
+
+    def close(self) -> None:
+        self.release()
 
 
 class SoloLease:
@@ -324,8 +348,11 @@ class SoloLease:
     def held(self) -> bool:
         return True
 
-    def poll(self) -> bool:
+    def poll(self, *, take: bool = True) -> bool:
         return True
+
+    def release(self) -> None:
+        return None  # the one process: nobody else could take over
 
     def publish(self, text: str) -> None:
         return None

@@ -25,6 +25,7 @@ import logging
 import math
 import threading
 from collections import deque
+from collections.abc import Callable
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -38,6 +39,7 @@ from slaguard.guard.feed import AuditSampleFeed
 from slaguard.guard.forward import Arrival, decode_batch, encode_batches
 from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore, QueuedMessage
+from slaguard.guard.lead_gate import LeadGate
 from slaguard.guard.leader import LeaderLease
 from slaguard.guard.manual import ManualAction, ManualOutcome, apply_manual, note_alerts_resolved
 from slaguard.guard.modes import NOT_LOADED, ModeState, TransitionKind
@@ -101,6 +103,9 @@ class GuardReplica:
         self._handed_partial_until = -math.inf
         self._unsaved: list[GuardEvent] | None = None
         self._leading = False
+        self.not_ready: Callable[[], str | None] = lambda: None
+        """Why this replica must not lead now (the service's readiness), None if it may."""
+        self._gate = LeadGate()
 
     # -- no I/O ---------------------------------------------------------------------------
 
@@ -141,7 +146,7 @@ class GuardReplica:
         the leader publishes its router inputs, the others take the leader's."""
         self.stats.syncs += 1
         was = self._leading
-        leader = self.lease.poll()
+        leader = self._poll_lease(now_s)
         gained, lost = leader and not was, was and not leader
         self._leading = leader
         try:
@@ -299,6 +304,28 @@ class GuardReplica:
             self.lease.forward(batches)
             self.stats.forwarded_out += len(samples) + len(arrivals)
 
+    def _poll_lease(self, now_s: float) -> bool:
+        """Poll the lease unless this replica must not lead (`LeadGate`: not ready, or
+        its writes keep failing); gaining it, check first that this replica can write,
+        else give it up at once."""
+        problem = None if self.lease.held else self.not_ready()  # a leader's writes tell
+        why_not = self._gate.why_not(now_s, problem, self.stats.last_error)
+        if why_not is not None:
+            if self.lease.held:
+                self.lease.release()
+                self._gate.gave_up(why_not, now_s)
+            return self.lease.poll(take=False)
+        if self.lease.poll() and not self._leading:
+            try:
+                self.store.check_writable()
+            except SQLAlchemyError as exc:
+                self.lease.release()
+                why = f"it cannot write: {error_line(exc, with_type=True)}"
+                self._gate.gave_up(why, now_s)
+            else:
+                self._gate.can_write()
+        return self.lease.held
+
     def _reset_leader_state(self, now_s: float, *, leading: bool) -> None:
         """A new leader continues from the database: open incident, breaker, history."""
         g = self.guard
@@ -345,6 +372,7 @@ class GuardReplica:
         try:
             self.persister.persist(self.guard, batch, now_s)
         except SQLAlchemyError as exc:
+            self._gate.wrote(ok=False)
             self.stats.persist_errors += 1
             self.stats.last_error = error_line(exc, with_type=True)
             log.error("guard events not stored: %s", self.stats.last_error)
@@ -352,10 +380,17 @@ class GuardReplica:
                 self._unsaved = batch
         else:
             self._unsaved = None
+            self._gate.wrote(ok=True)
 
     def _retry_unsaved(self, now_s: float) -> None:
         """Store the refused batch (raises while the database refuses it). Another writer
         that took its version meanwhile wins: its state replaces this guard's."""
-        if self._unsaved is not None:
+        if self._unsaved is None:
+            return
+        try:
             self.persister.persist(self.guard, self._unsaved, now_s)
-            self._unsaved = None
+        except SQLAlchemyError:
+            self._gate.wrote(ok=False)
+            raise
+        self._unsaved = None
+        self._gate.wrote(ok=True)

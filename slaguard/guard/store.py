@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy import Connection, Engine, false, insert, literal, select, update
 
 from slaguard.audit.models import (
     FLEET_STATE_ROW_ID,
     FleetState,
+    Incident,
     ModeChange,
     select_fleet_state,
     utc_from_unix,
@@ -200,6 +201,22 @@ class GuardStore:
                 .with_for_update()
             ).scalar_one_or_none()
         return stored == version
+
+    def check_writable(self) -> None:
+        """Raise (SQLAlchemyError) unless this replica may write what a guard leader
+        writes: the mode row, mode changes, incidents. Rolled back, nothing changed. A
+        replica with a read-only role took the lead and turned the guard off for all."""
+        nothing = select(literal(0)).where(false())
+        with self.engine.connect() as conn:
+            conn.execute(
+                update(FleetState)
+                .where(FleetState.id == FLEET_STATE_ROW_ID)
+                .values(version=FleetState.version)
+            )
+            conn.execute(insert(ModeChange).from_select([ModeChange.id], nothing))
+            conn.execute(insert(Incident).from_select([Incident.id], nothing))
+            conn.execute(update(Incident).where(false()).values(evidence=Incident.evidence))
+            conn.rollback()
 
     def last_return_s(self) -> float | None:
         """When the fleet last went back towards the learned policy (a resume or an

@@ -171,6 +171,7 @@ def build_service(
     runtime = ServiceRuntime(
         config, fleet, scheduler, metrics, modes, writer=writer, engine=engine, clock=clock
     )
+    replica.not_ready = lambda: runtime.ready_problem  # unready: it takes no guard lease
 
     # logged once nothing can refuse the start any more: a refusal stays one line
     log.info("audit database %s", shown_url(operator_url(url)))  # which of --db, env, file won
