@@ -70,6 +70,9 @@ def target_gauge(service: Service, name: str, target: str) -> float | None:
 
 
 async def step(service: Service, now_s: float) -> None:
+    """One mode sync as the loop runs it (readiness first: an unready replica takes no
+    lease), then the detectors."""
+    await service.readiness()
     await service.runtime.modes.sync(now_s)
     await service.runtime.modes.evaluate(now_s)
     await service.modes.wait_for_delivery()
