@@ -108,7 +108,15 @@ FAULTS = {
         ("model:llama3.1-70b",),
         "-70b",
     ),
+    "new_model_same": FaultCase(
+        "{{kind: new_model, model: llama3.1-70b, start_s: {start}, latency_factor: 1.0}}",
+        None,
+        ("model:llama3.1-70b",),
+        "-70b",
+    ),
 }
+"""`new_model_same` is a release exactly as fast as the old version: any trip naming it is
+a false one (its `delay_s` says when)."""
 
 
 @dataclass

@@ -107,7 +107,8 @@ def test_new_model_1_8x_slower_trips_within_60_s(seed: int) -> None:
 def test_new_model_as_fast_as_the_baseline_never_trips() -> None:
     reports = _feed(ColdStartDetector(), 1.0, 4)
     assert [v for _, r in reports for v in r.verdicts] == []  # type: ignore[attr-defined]
-    assert reports[-1][1].status is Status.OK  # type: ignore[attr-defined]
+    judged_last = [r for t, r in reports if t < 900.0][-1]  # still young (300 s)
+    assert judged_last.status is Status.OK  # type: ignore[attr-defined]
 
 
 def test_no_baseline_means_no_verdict_and_old_versions_become_baseline() -> None:
@@ -133,3 +134,36 @@ def test_failed_requests_count_as_sla_misses_not_as_zero_ttft() -> None:
     evidence = report.verdicts[0].evidence
     assert evidence["miss_rate"] == 1.0 and evidence["ttft_slowdown_vs_baseline"] is None
     assert evidence["sla_ph_statistic"] > evidence["sla_threshold"]
+
+
+@pytest.mark.parametrize("period_s", [120.0, 240.0])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_new_model_whose_ttft_swings_with_its_load_never_trips(
+    period_s: float, seed: int
+) -> None:
+    """TTFTs come from a queue, so they move together: on the Azure hour the 70B tier's
+    TTFT swings 1.3-1.5x for 20-40 s with its own arrivals, and a release exactly as fast
+    as the old version tripped the fleet (the tolerance was 25 %, ln 1.25 = 0.22). Here
+    the young version's log TTFT swings +-0.3 (1.35x) around the old mean."""
+    det, rng, new_at = ColdStartDetector(), np.random.default_rng(seed), 600.0
+    verdicts = []
+    for i in range(12_000):
+        t = i * 0.1
+        young = t >= new_at
+        swing = 0.3 * math.sin(2 * math.pi * (t - new_at) / period_s) if young else 0.0
+        ttft = 0.6 * math.exp(rng.normal(0, SIGMA) + swing)
+        det.observe(_sample(t, ttft, "v2" if young else "v1", new_at if young else None))
+        if i % 10 == 9:
+            verdicts += det.evaluate(t).verdicts  # type: ignore[attr-defined]
+    assert verdicts == []
+
+
+def test_a_version_is_judged_only_in_its_first_five_minutes() -> None:
+    """The old version's baseline stops at the release when the new one takes all the
+    traffic; over hours the fleet's own load drifts from it (the Mooncake hour's 70B TTFT
+    went 2-8x its pre-release level with no release at all): a version older than
+    `max_age_s` (300 s) is established traffic, judged by the other detectors."""
+    assert ColdStartConfig().max_age_s == 300.0
+    reports = _feed(ColdStartDetector(), 1.8, 0, new_at=600.0)
+    late = [t for t, r in reports if t >= 900.0 and r.evidence["young_versions"]]  # type: ignore[attr-defined]
+    assert late == []

@@ -138,8 +138,8 @@ class HotSpotConfig(_Strict):
 class ColdStartConfig(_Strict):
     """Page-Hinkley on a young model's log(TTFT/deadline) and SLA misses vs the baseline."""
 
-    max_age_s: Number = Field(default=86_400.0, gt=0)
-    ttft_delta: Number = Field(default=0.22, ge=0)
+    max_age_s: Number = Field(default=300.0, gt=0)
+    ttft_delta: Number = Field(default=0.35, ge=0)
     ttft_threshold: Number = Field(default=25.0, gt=0)
     sla_delta: Number = Field(default=0.05, ge=0)
     sla_threshold: Number = Field(default=10.0, gt=0)
