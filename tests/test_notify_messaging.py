@@ -59,7 +59,7 @@ RESUME = "slaguard resume --stage 10 --reason 'incident inc-300-1 reviewed'"
     [
         (
             "postgresql+psycopg://slaguard:s3cret@db.internal:5432/audit",
-            f"{RESUME} --db 'postgresql+psycopg://slaguard:***@db.internal:5432/audit'",
+            f"{RESUME} --db postgresql+psycopg://slaguard@db.internal:5432/audit",
         ),
         (
             "sqlite:////var/lib/slaguard/audit.db",
@@ -69,13 +69,20 @@ RESUME = "slaguard resume --stage 10 --reason 'incident inc-300-1 reviewed'"
 )
 def test_the_resume_command_acts_on_the_guards_database(guard_db_url: str, command: str) -> None:
     """Without `--db` an on-call copying the command resumed ./slaguard.db, not the
-    database the guard tripped in; its password stays hidden."""
+    database the guard tripped in; its password is left out (`***` pasted failed to
+    connect), for libpq to take from the on-call's environment."""
     event = incident()
     msg = build_message(event, replace(LINKS, guard_db_url=guard_db_url))
     assert resume_command(event, guard_db_url) == command
     section = next(b["text"]["text"] for b in msg.blocks if "slaguard resume" in repr(b))
-    assert section == f"To resume the learned policy once it is safe:\n`{command}`"
+    where = (
+        " (the database password from `PGPASSWORD` or `~/.pgpass`)"
+        if "s3cret" in guard_db_url
+        else ""
+    )
+    assert section == f"To resume the learned policy once it is safe{where}:\n`{command}`"
     assert "s3cret" not in repr(msg.blocks) + msg.text
+    assert "***" not in command  # a masked password pasted is a wrong password
 
 
 def test_a_resume_command_whose_database_is_not_known_says_how_to_give_it() -> None:

@@ -18,7 +18,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from slaguard.audit.engine import DB_ENV_VAR, DEFAULT_SQLITE_FILE, shown_url
+from sqlalchemy.engine import URL, make_url
+
+from slaguard.audit.engine import DB_ENV_VAR, DEFAULT_SQLITE_FILE
 from slaguard.guard.events import IncidentEvent, IncidentState
 from slaguard.plaintext import visible
 
@@ -109,16 +111,24 @@ _GIVE_THE_DB = (
 
 def resume_command(event: IncidentEvent, guard_db_url: str | None = None) -> str:
     """The exact CLI line that puts the fleet back on the gray rollout, on `guard_db_url`
-    (its password hidden)."""
+    without its password (a masked `***` in a pasted URL is a wrong password; libpq takes
+    the real one from `PGPASSWORD` or `~/.pgpass`)."""
     reason = f"incident {event.incident_id} reviewed"
     command = f"slaguard resume --stage {event.resume_stage_pct} --reason {shlex.quote(reason)}"
     if guard_db_url is not None:
-        command += f" --db {shlex.quote(shown_url(guard_db_url))}"
+        u = make_url(guard_db_url)
+        url = URL.create(u.drivername, u.username, None, u.host, u.port, u.database, u.query)
+        command += f" --db {shlex.quote(url.render_as_string(hide_password=False))}"
     return command
+
+
+_PASSWORD_FROM = " (the database password from `PGPASSWORD` or `~/.pgpass`)"
 
 
 def _resume_text(event: IncidentEvent, guard_db_url: str | None) -> str:
     where = _GIVE_THE_DB if guard_db_url is None else ""
+    if guard_db_url is not None and make_url(guard_db_url).password is not None:
+        where = _PASSWORD_FROM
     command = _code(resume_command(event, guard_db_url))
     return f"To resume the learned policy once it is safe{where}:\n{command}"
 
