@@ -336,3 +336,13 @@ def test_summary_reports_headline_figures() -> None:
     assert summary["requests"] == 200
     assert summary["distinct_prefixes"] == 0
     assert summary["prompt_tokens_max"] == int(load_trace(AZURE).prompt_tokens.max())
+
+
+@pytest.mark.parametrize("blank", ["   \n", "\t\r\n", "\n"])
+def test_a_blank_or_whitespace_line_in_an_azure_csv_is_skipped(tmp_path: Path, blank: str) -> None:
+    """pandas skips such lines; the cell count check took `'   '` for a row of 1 cell."""
+    rows = "2023-11-16 18:15:50.0,500,10\n2023-11-16 18:15:51.0,600,20\n"
+    path = tmp_path / "ws.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + rows + blank)
+    trace = load_trace(path)
+    assert len(trace) == 2 and list(trace.prompt_tokens) == [500, 600]

@@ -166,7 +166,7 @@ def _check_cell_counts(path: Path) -> None:
         reader = csv.reader(handle, skipinitialspace=True)
         header: list[str] = []
         for row in reader:
-            if not row:
+            if not any(cell.strip() for cell in row):  # blank or whitespace: pandas skips it
                 continue
             if not header:
                 header = row
