@@ -302,3 +302,15 @@ def test_status_json_is_strict_json_when_round_robin_has_no_violations(
     assert status["learned_vs_round_robin"] is None
     assert [a["sla_violation_rate"] for a in status["arms"]] == [0.4, 0.0]
     assert status["verdict"].startswith("learned / round_robin violation rate xinf (above")
+
+
+def test_a_reason_of_several_words_starting_with_dashes_is_text(audit_engine: Engine) -> None:
+    """Refusing every value that starts with `--` left no way to write such a reason;
+    a flag is one word."""
+    start_rollout(GuardStore(audit_engine), at_s=time.time() - 30)
+    result = runner.invoke(
+        app, ["rollback", "--reason", "--force was needed", "--db", url_of(audit_engine)]
+    )
+    assert result.exit_code == 0, result.output
+    stored = GuardStore(audit_engine).load(time.time())
+    assert stored.mode.label == "round_robin" and stored.reason == "--force was needed"

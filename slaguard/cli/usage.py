@@ -76,7 +76,8 @@ def refuse_options_as_values(ctx: Context) -> None:
     """A value given on the command line that starts with `--` is the next flag, taken
     as the value: `rollback --reason --hold` rolled back without the hold, `audit decisions
     --target --db x.db` filtered on a target `--db` in the default database. A relative
-    time has one dash (`--since -2h`)."""
+    time has one dash (`--since -2h`); text of several words is a value whatever its start
+    (`--reason "--force was needed"`)."""
     for param in ctx.command.params:
         if not isinstance(param, TyperOption) or param.is_flag or param.name is None:
             continue
@@ -85,7 +86,7 @@ def refuse_options_as_values(ctx: Context) -> None:
         value = ctx.params.get(param.name)
         for item in value if isinstance(value, list | tuple) else [value]:
             words = str(item).split() if isinstance(item, str | PurePath) else []
-            if words and words[0].startswith("--"):
+            if len(words) == 1 and words[0].startswith("--"):
                 raise BadParameter(
                     f"{words[0]!r} looks like an option, not a value; fix: give the value "
                     f"right after {param.opts[0]}",
