@@ -4,6 +4,7 @@ nature, are still read as the field's type."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -26,77 +27,41 @@ def _file_error(tmp_path: Path, text: str) -> str:
     return message.removeprefix(f"{path}: ")
 
 
+def _variable(field: str) -> str:
+    """The environment variable that sets `field` (`rollout.stages_pct[1]`:
+    `ROLLOUT__STAGES_PCT`), which the fix offers."""
+    return re.sub(r"\[\d+\]$", "", field).replace(".", "__").upper()
+
+
 @pytest.mark.parametrize(
-    ("text", "field", "got", "fix", "variable"),
+    ("text", "field", "got", "fix"),
     [
-        ("telemetry: {scrape: 'yes'}", "telemetry.scrape", "'yes'", FLAG, "TELEMETRY__SCRAPE"),
-        ("telemetry: {scrape: 1}", "telemetry.scrape", "1", FLAG, "TELEMETRY__SCRAPE"),
-        (
-            "telemetry: {scrape_interval_s: true}",
-            "telemetry.scrape_interval_s",
-            "True",
-            NUMBER,
-            "TELEMETRY__SCRAPE_INTERVAL_S",
-        ),
-        ("gateway: {enabled: 'yes'}", "gateway.enabled", "'yes'", FLAG, "GATEWAY__ENABLED"),
-        (
-            "gateway: {max_connections: 2.5}",
-            "gateway.max_connections",
-            "2.5",
-            WHOLE,
-            "GATEWAY__MAX_CONNECTIONS",
-        ),
-        (
-            "gateway: {default_max_tokens: true}",
-            "gateway.default_max_tokens",
-            "True",
-            WHOLE,
-            "GATEWAY__DEFAULT_MAX_TOKENS",
-        ),
-        (
-            "gateway: {chars_per_token: true}",
-            "gateway.chars_per_token",
-            "True",
-            NUMBER,
-            "GATEWAY__CHARS_PER_TOKEN",
-        ),
-        ("loops: {weights_s: .inf}", "loops.weights_s", "inf", FINITE, "LOOPS__WEIGHTS_S"),
-        ("loops: {detectors_s: true}", "loops.detectors_s", "True", NUMBER, "LOOPS__DETECTORS_S"),
-        ("rollout: {baseline_s: .inf}", "rollout.baseline_s", "inf", FINITE, "ROLLOUT__BASELINE_S"),
-        (
-            "rollout: {stages_pct: [10, 50.0, 100]}",
-            "rollout.stages_pct[1]",
-            "50.0",
-            WHOLE,
-            "ROLLOUT__STAGES_PCT",
-        ),
-        (
-            "rollout: {stages_pct: [true, 50, 100]}",
-            "rollout.stages_pct[0]",
-            "True",
-            WHOLE,
-            "ROLLOUT__STAGES_PCT",
-        ),
-        ("migrate: 'yes'", "migrate", "'yes'", FLAG, "MIGRATE"),
-        ("migrate: 1", "migrate", "1", FLAG, "MIGRATE"),
-        ("port: 8080.0", "port", "8080.0", WHOLE, "PORT"),
-        (
-            "max_pending_decisions: 1000.5",
-            "max_pending_decisions",
-            "1000.5",
-            WHOLE,
-            "MAX_PENDING_DECISIONS",
-        ),
+        ("telemetry: {scrape: 'yes'}", "telemetry.scrape", "'yes'", FLAG),
+        ("telemetry: {scrape: 1}", "telemetry.scrape", "1", FLAG),
+        ("telemetry: {scrape_interval_s: true}", "telemetry.scrape_interval_s", "True", NUMBER),
+        ("gateway: {enabled: 'yes'}", "gateway.enabled", "'yes'", FLAG),
+        ("gateway: {max_connections: 2.5}", "gateway.max_connections", "2.5", WHOLE),
+        ("gateway: {default_max_tokens: true}", "gateway.default_max_tokens", "True", WHOLE),
+        ("gateway: {chars_per_token: true}", "gateway.chars_per_token", "True", NUMBER),
+        ("loops: {weights_s: .inf}", "loops.weights_s", "inf", FINITE),
+        ("loops: {detectors_s: true}", "loops.detectors_s", "True", NUMBER),
+        ("rollout: {baseline_s: .inf}", "rollout.baseline_s", "inf", FINITE),
+        ("rollout: {stages_pct: [10, 50.0, 100]}", "rollout.stages_pct[1]", "50.0", WHOLE),
+        ("rollout: {stages_pct: [true, 50, 100]}", "rollout.stages_pct[0]", "True", WHOLE),
+        ("migrate: 'yes'", "migrate", "'yes'", FLAG),
+        ("migrate: 1", "migrate", "1", FLAG),
+        ("port: 8080.0", "port", "8080.0", WHOLE),
+        ("max_pending_decisions: 1000.5", "max_pending_decisions", "1000.5", WHOLE),
     ],
 )
 def test_a_loose_value_in_any_section_is_refused_in_one_line(
-    text: str, field: str, got: str, fix: str, variable: str, tmp_path: Path
+    text: str, field: str, got: str, fix: str, tmp_path: Path
 ) -> None:
     """`scrape: "yes"` was true, `max_connections: 2.5`... 2, `weights_s: .inf` a
     refit that never came, `stages_pct: [true, 50, 100]` a 1 % first stage."""
     message = _file_error(tmp_path, text)
     assert message.startswith(f"{field}: "), message
-    assert message.endswith(f"(got {got}); fix: {fix} (or set $SLAGUARD_SERVE_{variable})")
+    assert message.endswith(f"(got {got}); fix: {fix} (or set $SLAGUARD_SERVE_{_variable(field)})")
 
 
 @pytest.mark.parametrize(
