@@ -22,7 +22,7 @@ from pydantic import SecretStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from slaguard import __version__
-from slaguard.service import admin, gateway, views
+from slaguard.service import admin, gateway, routing_views, views
 from slaguard.service.hotpath import HotPathApp, direct_endpoints, validation_message
 from slaguard.service.loops import ServiceLoops
 from slaguard.service.request_checks import FieldError
@@ -127,7 +127,9 @@ def create_app(
             if on_shutdown is not None:
                 await asyncio.to_thread(on_shutdown)
 
-    hot = [views.hot, gateway.router] if runtime.config.gateway.enabled else [views.hot]
+    hot = [routing_views.hot, views.hot]
+    if runtime.config.gateway.enabled:
+        hot.append(gateway.router)
     app = HotPathApp(
         hot_endpoints=direct_endpoints(hot),
         title="slaguard",
