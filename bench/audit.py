@@ -44,6 +44,8 @@ from sqlalchemy.engine import URL, make_url
 from slaguard.audit import service
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.from_scheduler import decision_head, record_from_head
+from slaguard.audit.group_stats import fleet_capacity
+from slaguard.audit.incident_timeline import incident_timeline
 from slaguard.audit.lines_decode import decision_row
 from slaguard.audit.migrate import upgrade
 from slaguard.audit.records import DecisionRecord, IncidentRecord, PriorityName
@@ -332,10 +334,10 @@ def big_queries(admin: URL, rows: int, hours: float) -> list[Figure]:
         ))  # fmt: skip
         since = datetime.fromtimestamp(mid - 1800, UTC)
         until = since + timedelta(hours=1)
-        cap = service.fleet_capacity(load_fleet())
+        cap = fleet_capacity(load_fleet())
         progress("audit summary and audit incident over one hour")
         s_first, s_med = timed(lambda: service.summary(engine, since, until, cap))
-        i_first, i_med = timed(lambda: service.incident_timeline(
+        i_first, i_med = timed(lambda: incident_timeline(
             engine, incident, before=timedelta(minutes=20), after=timedelta(minutes=20),
             now=until, capacity=cap))  # fmt: skip
         all_since = datetime.fromtimestamp(START_S, UTC)

@@ -22,6 +22,7 @@ from test_audit_cli import ok
 
 from slaguard.audit import plot, service
 from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.incident_timeline import incident_timeline
 from slaguard.audit.migrate import upgrade
 from slaguard.audit.plot import incident_figure
 from slaguard.audit.records import ModeChangeRecord
@@ -55,7 +56,7 @@ def short_run(tmp_path_factory: pytest.TempPathFactory) -> str:
 def figure(short_run: str) -> Iterator[tuple[Figure, pd.DataFrame]]:
     engine = create_audit_engine(f"sqlite:///{short_run}")
     now = datetime.fromtimestamp(START_S + 3600, UTC)
-    timeline = service.incident_timeline(engine, 1, now=now)
+    timeline = incident_timeline(engine, 1, now=now)
     series = service.ttft_p99_series(engine, *timeline.window)
     engine.dispose()
     fig = incident_figure(timeline, series, now)
@@ -104,7 +105,7 @@ def test_nothing_is_drawn_past_now(short_run: str) -> None:
     are mostly future, where the last mode's band was painted anyway."""
     engine = create_audit_engine(f"sqlite:///{short_run}")
     now = datetime.fromtimestamp(START_S + 200, UTC)
-    timeline = service.incident_timeline(engine, 1, now=now)
+    timeline = incident_timeline(engine, 1, now=now)
     series = service.ttft_p99_series(engine, *timeline.window)
     engine.dispose()
     assert timeline.window[1] > now
@@ -128,7 +129,7 @@ def test_a_window_without_a_switch_is_banded_with_the_mode_in_force(short_run: s
     the fleet was in."""
     engine = create_audit_engine(f"sqlite:///{short_run}")
     now = datetime.fromtimestamp(START_S + 3600, UTC)
-    timeline = service.incident_timeline(engine, 1, now=now)
+    timeline = incident_timeline(engine, 1, now=now)
     series = service.ttft_p99_series(engine, *timeline.window)
     engine.dispose()
     quiet = dataclasses.replace(timeline, mode_changes=timeline.mode_changes.iloc[0:0])

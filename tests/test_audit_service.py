@@ -17,6 +17,8 @@ from sqlalchemy.engine import URL
 
 from slaguard.audit import service
 from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.group_stats import fleet_capacity
+from slaguard.audit.incident_timeline import incident_timeline
 from slaguard.audit.migrate import upgrade
 from slaguard.audit.records import IncidentRecord
 from slaguard.audit.sample import SICK_TARGET, load_run, synthetic_run
@@ -27,7 +29,7 @@ START_S = 1_796_000_000.0
 RUN = synthetic_run(2000, start_s=START_S, seed=5)
 SINCE = datetime.fromtimestamp(START_S, UTC)
 UNTIL = SINCE + timedelta(hours=1)
-CAPACITY = service.fleet_capacity(load_fleet())
+CAPACITY = fleet_capacity(load_fleet())
 
 
 def expected_frame() -> pd.DataFrame:
@@ -101,7 +103,7 @@ def test_summary_matches_an_independent_computation(loaded: tuple[Engine, int]) 
 
 def test_incident_timeline_shows_the_sick_target(loaded: tuple[Engine, int]) -> None:
     engine, incident_id = loaded
-    tl = service.incident_timeline(engine, incident_id, now=UNTIL, capacity=CAPACITY)
+    tl = incident_timeline(engine, incident_id, now=UNTIL, capacity=CAPACITY)
     assert tl.incident.record.detector == "ttft_zscore"
     assert list(tl.mode_changes["to_mode"]) == ["rollout(50)", "held_round_robin", "rollout(50)"]
     sick = tl.per_target[tl.per_target.target_id == SICK_TARGET].set_index("phase")
@@ -155,7 +157,7 @@ def test_an_open_incident_runs_until_now(audit_engine: Engine, tmp_path: Path) -
     opened = START_S + 3000
     iid = open_incident(audit_engine, IncidentRecord(opened, "hot_spot", "ticket", "prefix x"))
     now = UNTIL
-    tl = service.incident_timeline(audit_engine, iid, now=now, before=timedelta(minutes=10))
+    tl = incident_timeline(audit_engine, iid, now=now, before=timedelta(minutes=10))
     assert tl.phases["during"] == (datetime.fromtimestamp(opened, UTC), now)
     assert tl.phases["after"] == (now, now), "no future half hour"
     assert set(tl.per_target["phase"]) == {"before", "during"}
@@ -192,7 +194,7 @@ def test_degraded_decisions_hold_no_capacity_share_of_the_requested_model(
     incident_id = load_run(audit_engine, replace(small, decisions=degraded), tmp_path / "spill")
     frames = [
         service.summary(audit_engine, SINCE, UNTIL, CAPACITY),
-        service.incident_timeline(
+        incident_timeline(
             audit_engine, incident_id, now=UNTIL, capacity=CAPACITY
         ).per_target.rename(columns={"phase": "policy_arm"}),
     ]

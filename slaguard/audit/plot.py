@@ -27,8 +27,8 @@ from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from slaguard.audit.incident_timeline import IncidentTimeline
 from slaguard.audit.render import counted
-from slaguard.audit.service import IncidentTimeline
 
 HIGHLIGHTED_TARGETS = 6
 NAMED_SEGMENT = 0.08

@@ -26,8 +26,9 @@ from rich.table import Table
 from rich.text import Text
 
 from slaguard.audit.formats import OutputFormat
+from slaguard.audit.incident_timeline import IncidentTimeline
 from slaguard.audit.models import utc_from_unix
-from slaguard.audit.service import DecisionExplanation, IncidentTimeline
+from slaguard.audit.service import DecisionExplanation
 from slaguard.plaintext import inert
 
 

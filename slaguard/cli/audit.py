@@ -20,10 +20,17 @@ from sqlalchemy.exc import SQLAlchemyError
 from slaguard.audit import known, service
 from slaguard.audit.engine import error_line
 from slaguard.audit.formats import OutputFormat
+from slaguard.audit.group_stats import TargetCapacity, fleet_capacity
+from slaguard.audit.incident_timeline import (
+    GUARD_INCIDENT_PREFIX,
+    IncidentTimeline,
+    incident_timeline,
+    incident_with_guard_id,
+)
 from slaguard.audit.models import ModeChange
 from slaguard.audit.records import POLICY_ARMS
 from slaguard.audit.render import emit_explanation, emit_frame, emit_timeline
-from slaguard.audit.service import IncidentTimeline, TargetCapacity, UnknownRequestError
+from slaguard.audit.service import UnknownRequestError
 from slaguard.audit.store import UnknownIncidentError
 from slaguard.audit.timeargs import TIME_HELP, parse_duration, parse_range, span_title
 from slaguard.cli.dbopen import DbOption, open_audit_db
@@ -204,7 +211,7 @@ def summary_command(
     SLA violation rate."""
     check_output(fmt, output)
     start, end = _answer(lambda: parse_range(since, until, _now()))
-    capacity = service.fleet_capacity(load_or_fail(fleet_file))
+    capacity = fleet_capacity(load_or_fail(fleet_file))
     engine = open_audit_db(db)
     frame = _answer(lambda: service.summary(engine, start, end, capacity))
     _warn_targets_outside(frame, capacity, fleet_file)
@@ -214,7 +221,7 @@ def summary_command(
 
 def _incident_ref(value: str) -> str:
     """An audit id (a number) or the guard's `inc-...` id a simulate report names."""
-    if value.startswith(service.GUARD_INCIDENT_PREFIX) and value != service.GUARD_INCIDENT_PREFIX:
+    if value.startswith(GUARD_INCIDENT_PREFIX) and value != GUARD_INCIDENT_PREFIX:
         return value
     try:
         return str(int(value))
@@ -249,18 +256,18 @@ def incident_command(
         check_writable(plot, "--plot")
     pre = _answer(lambda: parse_duration(before, "--before"))
     post = _answer(lambda: parse_duration(after, "--after"))
-    capacity = service.fleet_capacity(load_or_fail(fleet_file))
+    capacity = fleet_capacity(load_or_fail(fleet_file))
     engine = open_audit_db(db)
     now = _now()
     audit_id = _answer(
         lambda: (
-            service.incident_with_guard_id(engine, incident_id)
-            if incident_id.startswith(service.GUARD_INCIDENT_PREFIX)
+            incident_with_guard_id(engine, incident_id)
+            if incident_id.startswith(GUARD_INCIDENT_PREFIX)
             else int(incident_id)
         )
     )
     timeline = _answer(
-        lambda: service.incident_timeline(
+        lambda: incident_timeline(
             engine, audit_id, before=pre, after=post, now=now, capacity=capacity
         )
     )
