@@ -13,6 +13,7 @@ from sqlalchemy import Engine, case, or_, select
 from slaguard.audit.group_stats import TargetCapacity, grouped_stats, with_shares
 from slaguard.audit.models import Decision, Incident, ModeChange
 from slaguard.audit.store import StoredIncident, UnknownIncidentError, get_incident
+from slaguard.guard.incident_store import GUARD_KEY
 
 PHASES = ("before", "during", "after")
 
@@ -107,3 +108,26 @@ def incident_timeline(
     cols = ["phase", "model_id", "target_id", "card_type", "decisions", "decision_share",
             "capacity_share", "ttft_p50_s", "ttft_p99_s", "sla_violation_rate"]  # fmt: skip
     return IncidentTimeline(stored, phases, changes, per_target[cols])
+
+
+def mode_in_force(engine: Engine, timeline: IncidentTimeline) -> str | None:
+    """The fleet mode through an incident's window that no switch falls in (its plot had
+    no mode band): the one the last switch before it entered, else the one the next
+    switch after it left, else the one the guard booked on the incident."""
+    start, end = timeline.window
+    with engine.connect() as conn:
+        entered = conn.execute(
+            select(ModeChange.to_mode)
+            .where(ModeChange.at < start)
+            .order_by(ModeChange.at.desc(), ModeChange.id.desc())
+            .limit(1)
+        ).scalar()
+        left = conn.execute(
+            select(ModeChange.from_mode)
+            .where(ModeChange.at >= end)
+            .order_by(ModeChange.at, ModeChange.id)
+            .limit(1)
+        ).scalar()
+    booked = (timeline.incident.record.evidence.get(GUARD_KEY) or {}).get("mode_before")
+    mode = entered or left or booked
+    return None if mode is None else str(mode)

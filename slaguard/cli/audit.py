@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import pandas as pd  # type: ignore[import-untyped]
 import typer
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit import known, service
@@ -23,11 +23,10 @@ from slaguard.audit.formats import OutputFormat
 from slaguard.audit.group_stats import TargetCapacity, fleet_capacity
 from slaguard.audit.incident_timeline import (
     GUARD_INCIDENT_PREFIX,
-    IncidentTimeline,
     incident_timeline,
     incident_with_guard_id,
+    mode_in_force,
 )
-from slaguard.audit.models import ModeChange
 from slaguard.audit.records import POLICY_ARMS
 from slaguard.audit.render import emit_explanation, emit_frame, emit_timeline
 from slaguard.audit.service import UnknownRequestError
@@ -38,7 +37,6 @@ from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.cli.output import check_output, check_writable, writing
 from slaguard.cli.paths import path_option
-from slaguard.guard.incident_store import GUARD_KEY
 from slaguard.plaintext import visible
 from slaguard.scheduler.rollout import FleetMode
 
@@ -288,33 +286,10 @@ def incident_command(
         series = _answer(lambda: service.ttft_p99_series(engine, start, end))
         in_force = None
         if timeline.mode_changes.empty:
-            in_force = _answer(lambda: _mode_in_force(engine, timeline))
+            in_force = _answer(lambda: mode_in_force(engine, timeline))
         with writing(plot, "--plot"):
             plot_incident(timeline, series, plot, now, mode_in_force=in_force)
         typer.echo(f"plot written to {plot}", err=True)
-
-
-def _mode_in_force(engine: Engine, timeline: IncidentTimeline) -> str | None:
-    """The fleet mode through an incident's window that no switch falls in (its plot had
-    no mode band): the one the last switch before it entered, else the one the next
-    switch after it left, else the one the guard booked on the incident."""
-    start, end = timeline.window
-    with engine.connect() as conn:
-        entered = conn.execute(
-            select(ModeChange.to_mode)
-            .where(ModeChange.at < start)
-            .order_by(ModeChange.at.desc(), ModeChange.id.desc())
-            .limit(1)
-        ).scalar()
-        left = conn.execute(
-            select(ModeChange.from_mode)
-            .where(ModeChange.at >= end)
-            .order_by(ModeChange.at, ModeChange.id)
-            .limit(1)
-        ).scalar()
-    booked = (timeline.incident.record.evidence.get(GUARD_KEY) or {}).get("mode_before")
-    mode = entered or left or booked
-    return None if mode is None else str(mode)
 
 
 def _warn_targets_outside(
