@@ -171,6 +171,11 @@ def quiet_run(tmp: Path, switches: list[ModeChangeRecord], evidence: dict[str, o
             {},
             "learned",
         ),
+        (  # first switched two hours after: the window is all the mode that switch left
+            [ModeChangeRecord(START_S + 7200, "round_robin", "learned", "plan", "guard", {})],
+            {},
+            "round_robin",
+        ),
         (  # never switched: the mode the guard booked on the incident
             [],
             {"guard": {"mode_before": "round_robin", "mode_after": "round_robin"}},
