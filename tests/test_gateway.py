@@ -273,6 +273,7 @@ def test_every_candidate_failing_is_a_502(stack: Stack) -> None:
         (_chat(), {"x-slaguard-deadline-s": "-1"}, "X-Slaguard-Deadline-S: "),
         (_chat(), {"X-Request-Id": "a b"}, "X-Request-Id: "),
         (_chat(), {"X-Slaguard-Prefix-Id": ""}, "X-Slaguard-Prefix-Id: "),
+        (_chat(), {"X-Slaguard-Prefix-Id": "a\tb"}, "X-Slaguard-Prefix-Id: contains a control"),
     ],
 )
 def test_bad_gateway_input(

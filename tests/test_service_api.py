@@ -138,6 +138,15 @@ def test_route_records_the_decision_with_its_explanation(api: Running) -> None:
             {"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "request_id": "a b"},
             "request_id",
         ),
+        # a NUL in the prefix reached the hot-spot detector's trip, which PostgreSQL refused
+        (
+            {"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "prefix_id": "p\x00"},
+            "prefix_id: contains a control character (\\x00 at position 1); fix: ",
+        ),
+        (
+            {"model": "llama3.1-8b", "prompt_tokens": 1, "max_new_tokens": 1, "prompt_hash": "\n"},
+            "prompt_hash: contains a control character (\\n at position 0); fix: ",
+        ),
     ],
 )
 def test_bad_route_input_names_the_field_and_records_nothing(

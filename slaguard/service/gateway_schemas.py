@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidato
 from pydantic_core import PydanticCustomError
 from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 
-from slaguard.service.schemas import ID_PATTERN, JSON_NUMBER, MAX_TOKENS, Flag
+from slaguard.service.schemas import ID_PATTERN, JSON_NUMBER, MAX_TOKENS, Flag, PrefixText
 
 MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS), JSON_NUMBER]
 
@@ -68,9 +68,7 @@ class GatewayHeaders(BaseModel):
     priority: str | None = Field(default=None, alias="X-Slaguard-Priority")
     deadline_s: float | None = Field(default=None, alias="X-Slaguard-Deadline-S", gt=0, le=86_400)
     request_id: str | None = Field(default=None, alias="X-Request-Id", pattern=ID_PATTERN)
-    prefix_id: str | None = Field(
-        default=None, alias="X-Slaguard-Prefix-Id", min_length=1, max_length=128
-    )
+    prefix_id: PrefixText | None = Field(default=None, alias="X-Slaguard-Prefix-Id")
 
 
 HEADER_NAMES = tuple(str(f.alias) for f in GatewayHeaders.model_fields.values())

@@ -2,18 +2,20 @@
 
 Bounds are explicit so a bad value is a 422 naming the field, never a 500 deep inside:
 token counts are 0..10M, deadlines finite and positive, ids 1..128 characters (the audit
-columns' width). Model and priority names are checked against the loaded fleet in the
-route handler, since the fleet is only known at run time.
+columns' width), prefix ids without control characters. Model and priority names are
+checked against the loaded fleet in the route handler, since the fleet is only known at
+run time.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
-from slaguard.plaintext import MAX_ACTOR
+from slaguard.plaintext import MAX_ACTOR, visible
 
 MAX_TOKENS = 10_000_000
 ID_PATTERN = r"^[\x21-\x7e]{1,128}$"
@@ -44,6 +46,25 @@ def _a_json_bool(value: object) -> object:
     return value
 
 
+def _no_control_characters(value: str) -> str:
+    """A prefix is a hot-spot trip's subject and evidence: one with a NUL was routed, then
+    its trip was refused by PostgreSQL (text cannot hold NUL) at every retry, and a tab or
+    newline forged lines in the incident's messages."""
+    for at, char in enumerate(value):
+        if unicodedata.category(char) == "Cc":
+            raise PydanticCustomError(
+                "control_character",
+                "contains a control character ({char} at position {at}); "
+                "fix: send it as printable text on one line",
+                {"char": visible(char), "at": at},
+            )
+    return value
+
+
+PrefixText = Annotated[
+    str, Field(min_length=1, max_length=128), AfterValidator(_no_control_characters)
+]
+"""A prefix identity or prompt hash: 1..128 characters, no control character."""
 JSON_NUMBER = BeforeValidator(_a_json_number)
 """A number of a request body, after its bounds: `Annotated[int, Field(ge=0), JSON_NUMBER]`
 (an integer count, a float: a JSON integer is one too). With the bounds after it (on the
@@ -72,8 +93,8 @@ class RouteRequest(_Body):
     deadline_s: Annotated[float, Field(gt=0, le=86_400), JSON_NUMBER] | None = Field(
         default=None, description="TTFT deadline; default: the priority's SLA"
     )
-    prefix_id: str | None = Field(default=None, min_length=1, max_length=128)
-    prompt_hash: str | None = Field(default=None, min_length=1, max_length=128)
+    prefix_id: PrefixText | None = None
+    prompt_hash: PrefixText | None = None
     request_id: str | None = Field(default=None, pattern=ID_PATTERN)
 
 
