@@ -5,6 +5,7 @@ written at the next sync that reaches the database."""
 
 from __future__ import annotations
 
+import copy
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -21,12 +22,14 @@ from test_replicas_runtime import run_until_trip
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.models import Incident, ModeChange
+from slaguard.guard.baseline import LogBaseline
 from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore
 from slaguard.guard.leader import SoloLease
 from slaguard.guard.manual import ManualAction, apply_manual
 from slaguard.guard.persist import EventPersister
 from slaguard.guard.runtime import GuardReplica
+from slaguard.guard.samples import FirstToken
 from slaguard.guard.store import GuardStore
 from slaguard.guard.verdicts import Action, Severity, Verdict
 from slaguard.notify.file import FileNotifier
@@ -87,6 +90,46 @@ def test_a_refused_command_leaves_the_guard_on_the_stored_state(audit_engine: En
     )  # fmt: skip
     assert [(e.state.value, e.revision) for e in held.queued] == [("resolved", 1)]
     same_state(guard.state, store.load(T0 + 11))
+
+
+def ttft_baselines(guard: Guard) -> dict[str, LogBaseline]:
+    """The TTFT detector's learned normal per target: the change score's and the tier
+    test's baselines (value, samples folded in, since when)."""
+    ttft = guard.ttft
+    return {
+        **{f"change:{t}": copy.copy(s.baseline) for t, s in ttft._targets.items()},
+        **{f"tier:{t}": copy.copy(b) for t, b in ttft._tier_test._target_baselines.items()},
+    }
+
+
+def test_a_refused_command_keeps_what_the_detectors_learned(audit_engine: Engine) -> None:
+    """The refused rollback from rollout(50) changed the learned share twice (the switch,
+    then its undo), so the TTFT baselines were forgotten; a refused resume had already
+    restarted the rollout comparison."""
+    store = GuardStore(audit_engine)
+    persister = EventPersister(store, IncidentStore(audit_engine))
+    start_rollout(store)
+    guard = Guard()
+    guard.adopt_state(store.load(T0), T0)
+    for k in range(300):
+        for target in ("h100-8b-0", "h100-8b-1", "l40s-8b-0"):
+            guard.observe(FirstToken(T0 + k * 0.1, target, target[:4], "llama3.1-8b", 0.2, 500))
+    guard.evaluate(T0 + 30)
+    learned = ttft_baselines(guard)
+    assert len(learned) == 6 and all(b.count > 0 for b in learned.values())
+    with refused_reason(audit_engine) as reason, pytest.raises(SQLAlchemyError):
+        apply_manual(guard, persister, ManualAction.ROLLBACK, T0 + 31, actor="ana", reason=reason)
+    assert guard.state.mode.label == "rollout(50)"
+    assert ttft_baselines(guard) == learned
+    apply_manual(guard, persister, ManualAction.ROLLBACK, T0 + 32, actor="ana", reason="paged")
+    for sample in arm_samples(T0 + 33):
+        guard.observe(sample)
+    compared = guard.compare.evaluate(T0 + 34).evidence
+    assert compared["learned"]["requests"] == compared["round_robin"]["requests"] == 60
+    with refused_reason(audit_engine) as reason, pytest.raises(SQLAlchemyError):
+        apply_manual(guard, persister, ManualAction.RESUME, T0 + 34, actor="ana", reason=reason)
+    assert guard.state.mode.label == "round_robin"
+    assert guard.compare.evaluate(T0 + 34).evidence == compared
 
 
 @contextmanager

@@ -74,13 +74,18 @@ def _judged_now(report: DetectorReport | None) -> str:
     return f"normal now (score {report.score:.3g}, threshold {report.threshold:.3g})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Checkpoint:
-    """What a command changes in a guard, kept to go back to if its switch is refused."""
+    """What a command changes in a guard, kept to go back to if its switch is refused.
+    The detectors its switch resets are copied as they were, only when it resets them
+    (`Guard._take`): undoing a rollback from rollout(50) changed the learned share again,
+    and a second reset lost what the TTFT detector had learned."""
 
     state: ModeState
     breaker: BreakerState
     incident: OpenIncident | None
+    ttft: TtftZscoreDetector | None = None
+    compare: RolloutCompareDetector | None = None
 
 
 class Guard:
@@ -101,15 +106,13 @@ class Guard:
         self.cold_start = ColdStartDetector(self.config.cold_start)
         self.hot_spot = HotSpotDetector(self.config.hot_spot)
         self.compare = RolloutCompareDetector(self.config.rollout_compare)
-        self.detectors: tuple[Detector, ...] = (
-            self.ttft,
-            self.hot_spot,
-            self.cold_start,
-            self.compare,
-        )
         self.incidents = IncidentTracker(incident_prefix, self.plan.first_stage().stage_pct)
         self._active: dict[tuple[str, str], Verdict] = {}
         self.last_reports: tuple[DetectorReport, ...] = ()
+
+    @property
+    def detectors(self) -> tuple[Detector, ...]:
+        return (self.ttft, self.hot_spot, self.cold_start, self.compare)
 
     def observe(self, sample: GuardSample | FirstToken) -> None:
         """Feed one finished request to every detector, or a first token to the TTFT one."""
@@ -247,13 +250,18 @@ class Guard:
         return events
 
     def _apply(
-        self, result: TransitionResult, now_s: float, open_incident: bool = True
+        self,
+        result: TransitionResult,
+        now_s: float,
+        open_incident: bool = True,
+        keep: Checkpoint | None = None,
     ) -> list[GuardEvent]:
-        """Take a transition's state; resolve the incident when the episode is over."""
+        """Take a transition's state; resolve the incident when the episode is over.
+        `keep`: a command's checkpoint, given the detectors the switch resets."""
         if result.transition is None:
             return []
         before = self.state
-        self._take(result.state)
+        self._take(result.state, keep=keep)
         events: list[GuardEvent] = [ModeChangedEvent(result.transition, result.message)]
         if open_incident:
             resolved = self._maybe_resolve(before, now_s, result.message)
@@ -261,17 +269,23 @@ class Guard:
                 events.append(resolved)
         return events
 
-    def _take(self, state: ModeState, *, new_stage: bool = True) -> None:
+    def _take(
+        self, state: ModeState, *, new_stage: bool = True, keep: Checkpoint | None = None
+    ) -> None:
         """Adopt a new state; a new learned share moves load between targets by design, so
         the TTFT detector's per-target baselines start again. `new_stage` False: the fleet
         never left its stage (this guard's own switch away was not stored), so the
-        rollout comparison goes on."""
+        rollout comparison goes on. `keep`: copy a detector there before resetting it."""
         if state.mode.learned_share != self.state.mode.learned_share:
+            if keep is not None:
+                keep.ttft = copy.deepcopy(self.ttft)
             self.ttft.rebaseline()
         entered = (
             self.state.mode.kind not in _LEARNED_FAMILY and state.mode.kind is ModeKind.ROLLOUT
         )
         if entered and new_stage:
+            if keep is not None:
+                keep.compare = copy.deepcopy(self.compare)
             self.compare.restart()
         self.state = state
 
@@ -287,22 +301,36 @@ class Guard:
         return None
 
     def rollback(
-        self, now_s: float, *, actor: str, reason: str, hold: bool = False
+        self,
+        now_s: float,
+        *,
+        actor: str,
+        reason: str,
+        hold: bool = False,
+        keep: Checkpoint | None = None,
     ) -> tuple[TransitionResult, list[GuardEvent]]:
-        """Manual rollback (`hold`: and keep the fleet on round-robin); idempotent."""
+        """Manual rollback (`hold`: and keep the fleet on round-robin); idempotent.
+        `keep`: the checkpoint `undo` goes back to if the switch is refused."""
         result = modes.manual_rollback(self.state, now_s, actor=actor, reason=reason, hold=hold)
-        return result, self._apply(result, now_s)
+        return result, self._apply(result, now_s, keep=keep)
 
     def resume(
-        self, now_s: float, *, actor: str, reason: str, stage_pct: int | None = None
+        self,
+        now_s: float,
+        *,
+        actor: str,
+        reason: str,
+        stage_pct: int | None = None,
+        keep: Checkpoint | None = None,
     ) -> tuple[TransitionResult, list[GuardEvent]]:
-        """Manual resume at a rollout stage (the plan's first by default); idempotent."""
+        """Manual resume at a rollout stage (the plan's first by default); idempotent.
+        `keep`: the checkpoint `undo` goes back to if the switch is refused."""
         result = modes.manual_resume(
             self.state, now_s, self.plan, actor=actor, reason=reason, stage_pct=stage_pct
         )
         if result.changed:
             self._close_breaker()
-        return result, self._apply(result, now_s)
+        return result, self._apply(result, now_s, keep=keep)
 
     def _close_breaker(self) -> None:
         """A human's resume closes the breaker, whichever replica or CLI wrote it: the plan
@@ -312,14 +340,21 @@ class Guard:
         self.breaker = BreakerState()
 
     def checkpoint(self) -> Checkpoint:
-        """The state, breaker and open incident as they are, before a command."""
+        """The state, breaker and open incident as they are, before a command (pass it to
+        `rollback` / `resume` as `keep`)."""
         return Checkpoint(self.state, self.breaker, copy.deepcopy(self.incidents.current))
 
     def undo(self, checkpoint: Checkpoint) -> None:
         """Back to `checkpoint`: the database refused the command's switch, so the fleet
         never left that state. Left one version ahead, a replica routed a mode never
-        stored and ignored the stored one as older, so every later command conflicted."""
-        self._take(checkpoint.state, new_stage=False)
+        stored and ignored the stored one as older, so every later command conflicted.
+        The detectors the switch reset are the ones kept, as they were: nothing moved
+        load between targets, nor ended the rollout stage."""
+        self.state = checkpoint.state
+        if checkpoint.ttft is not None:
+            self.ttft = checkpoint.ttft
+        if checkpoint.compare is not None:
+            self.compare = checkpoint.compare
         self.breaker = checkpoint.breaker
         self.incidents.current = checkpoint.incident
 

@@ -84,10 +84,13 @@ def apply_manual(
         checkpoint = guard.checkpoint()
         events: list[GuardEvent]
         if action is ManualAction.RESUME:
-            result, events = guard.resume(now_s, actor=actor, reason=reason, stage_pct=stage_pct)
+            result, events = guard.resume(
+                now_s, actor=actor, reason=reason, stage_pct=stage_pct, keep=checkpoint
+            )
         else:
+            hold = action is ManualAction.HOLD
             result, events = guard.rollback(
-                now_s, actor=actor, reason=reason, hold=action is ManualAction.HOLD
+                now_s, actor=actor, reason=reason, hold=hold, keep=checkpoint
             )
         if not result.changed:
             if persister.modes.confirm_version(guard.state.version):
