@@ -21,6 +21,7 @@ from test_replicas_runtime import run_until_trip
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
+from slaguard.guard.breaker import BreakerState
 from slaguard.guard.lead_gate import WRITE_FAILURES_TO_STEP_DOWN
 from slaguard.guard.leader import PostgresLeaderLease, current_leader
 from slaguard.guard.runtime import GuardReplica
@@ -102,7 +103,11 @@ def test_an_unready_replica_does_not_lead_and_a_failing_leader_steps_down(
             run_until_trip(a, now + 1)
             for k in range(WRITE_FAILURES_TO_STEP_DOWN - 1):  # the trip's write failed first
                 assert a.sync(now + 2 + k / 2).leader
-            assert a.sync(now + 4).lost
+            assert a.reports and a.guard.incidents.current is not None  # its trip's
+            assert a.sync(now + 4).lost  # its last retry refused too
+        # what only the leader keeps went with the lease, and the loss is counted
+        assert a.reports == () and a.guard.incidents.current is None
+        assert a.guard.breaker == BreakerState() and a.stats.leader_changes == 2
         assert b.sync(now + 4).gained and current_leader(scratch) == "b"
         assert not a.sync(now + 5).leader  # leaves the lease to the others for a while
         assert GuardStore(a.engine).load(now + 5).mode.label == "round_robin"  # its trip

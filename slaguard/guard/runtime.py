@@ -103,6 +103,9 @@ class GuardReplica:
         self._handed_partial_until = -math.inf
         self._unsaved: list[GuardEvent] | None = None
         self._leading = False
+        self._reset_due = False
+        """Leadership changed and `_reset_leader_state` has not run yet (it reads the
+        database when gaining): it runs at each sync until it has."""
         self.not_ready: Callable[[], str | None] = lambda: None
         """Why this replica must not lead now (the service's readiness), None if it may."""
         self._gate = LeadGate()
@@ -149,13 +152,18 @@ class GuardReplica:
         leader = self._poll_lease(now_s)
         gained, lost = leader and not was, was and not leader
         self._leading = leader
+        if gained or lost:
+            self.stats.leader_changes += 1
+            self._reset_due = True
         try:
             with self._lock:
-                self._retry_unsaved(now_s)
-                adopted = self._adopt_newer(now_s)
-                if gained or lost:
-                    self.stats.leader_changes += 1
-                    self._reset_leader_state(now_s, leading=leader)
+                try:
+                    self._retry_unsaved(now_s)
+                    adopted = self._adopt_newer(now_s)
+                finally:  # a refused retry skipped it for good, leaving a leader's state here
+                    if self._reset_due:
+                        self._reset_leader_state(now_s, leading=leader)
+                        self._reset_due = False
                 started = self.store.baseline_start(self.guard.state, now_s, stamp=leader)
                 if started is not None:  # the baseline counts from the first leader's start
                     self.guard.adopt_state(started, now_s, replacing_unsaved=True)
