@@ -6,6 +6,7 @@ written at the next sync that reaches the database."""
 from __future__ import annotations
 
 import copy
+import logging
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import pg_connect
+from conftest import BACKENDS, pg_connect
 from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -184,4 +185,103 @@ def test_a_refused_trip_stays_in_force_and_is_stored_with_its_incident(
     ]  # fmt: skip
     assert change.transition.version == changes[-2].evidence["transition"]["version"]
     assert incident.resolved_at is not None
+    leader.close()
+
+
+def hot_prefix_leader(engine: Engine, tmp_path: Path, now: float, prefix: str) -> GuardReplica:
+    """A leader on rollout(50) whose next evaluations trip the hot-spot detector on
+    `prefix` (every arrival of the last 3 s)."""
+    start_rollout(GuardStore(engine), at_s=now - 30)
+    leader = GuardReplica(
+        engine, SoloLease(), FileNotifier(tmp_path / "notify.jsonl"), replica_id="a",
+        config=tripping_guard(GuardStore(engine).load(now)).config,
+    )  # fmt: skip
+    assert leader.sync(now).leader
+    for k in range(60):
+        leader.observe_arrival(now - 3 + k * 0.05, prefix, None)
+    return leader
+
+
+def stored_rows(engine: Engine) -> tuple[list[ModeChange], list[Incident]]:
+    with Session(engine) as session:
+        changes = session.scalars(select(ModeChange).order_by(ModeChange.id)).all()
+        incidents = session.scalars(select(Incident).order_by(Incident.id)).all()
+    return list(changes), list(incidents)
+
+
+def refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("audit_engine", [BACKENDS[1]], indirect=True)
+def test_a_nul_in_a_hot_prefix_is_written_out_not_retried_for_ever(
+    audit_engine: Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL text holds no NUL: the trip naming the prefix was refused and kept, and
+    retried at every sync and before every command; the fleet never switched and every
+    command on the leader failed until a restart."""
+    now = time.time()
+    leader = hot_prefix_leader(audit_engine, tmp_path, now, "p\x00hot")
+    with caplog.at_level(logging.ERROR):
+        (change,) = run_until_trip(leader, now)
+        assert leader.sync(now + 11).error is None and leader.sync(now + 11.5).error is None
+        held = leader.command(ManualAction.HOLD, now + 12, actor="ana", reason="hold")
+    (refused,) = refusals(caplog)  # said once, not at every retry
+    assert "DataError" in refused and "storing them with each NUL written out as \\x00" in refused
+    assert held.result.changed and leader.current().label == "held_round_robin"
+    changes, (incident,) = stored_rows(audit_engine)
+    assert [(c.to_mode, c.incident_id) for c in changes[-2:]] == [
+        ("round_robin", incident.id), ("held_round_robin", incident.id),
+    ]  # fmt: skip
+    assert change.transition.version == changes[-2].evidence["transition"]["version"]
+    assert incident.subject == "prefix:p\\x00hot" and "p\\x00hot" in changes[-2].reason
+    assert incident.resolved_at is not None  # the hold resolved it: the tracker had its id
+    leader.close()
+
+
+@contextmanager
+def refused_for_good(engine: Engine, table: str, check: str) -> Iterator[None]:
+    """A CHECK constraint the guard's rows break: IntegrityError at every try."""
+    with pg_connect(engine.url) as conn:
+        constraint = f"refused_for_good CHECK ({check}) NOT VALID"  # rows stored stand
+        conn.execute(f"ALTER TABLE {table} ADD CONSTRAINT {constraint}")
+        try:
+            yield
+        finally:
+            conn.execute(f"ALTER TABLE {table} DROP CONSTRAINT refused_for_good")
+
+
+@pytest.mark.parametrize("audit_engine", [BACKENDS[1]], indirect=True)
+def test_a_trip_refused_for_good_stores_its_switch_alone_else_goes_back(
+    audit_engine: Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With no NUL to write out, the fleet still switches (the incident refused); with the
+    switch refused too, the batch is dropped and the leader back on the stored mode, so a
+    command works at once (it answered 'the fleet mode changed 5 times' for ever)."""
+    now = time.time()
+    leader = hot_prefix_leader(audit_engine, tmp_path, now, "hot")
+    with caplog.at_level(logging.ERROR), refused_for_good(audit_engine, "incidents", "false"):
+        run_until_trip(leader, now)
+        assert leader.sync(now + 11).error is None
+    (refused,) = refusals(caplog)
+    assert "CheckViolation" in refused and "as the mode change alone" in refused
+    changes, incidents = stored_rows(audit_engine)
+    assert incidents == [] and (changes[-1].to_mode, changes[-1].incident_id) == (
+        "round_robin", None,
+    )  # fmt: skip
+    assert leader.guard.incidents.current is None
+    caplog.clear()
+    leader.close()
+    leader = hot_prefix_leader(audit_engine, tmp_path, now + 100, "hot")
+    with caplog.at_level(logging.ERROR), refused_for_good(audit_engine, "mode_changes", "false"):
+        assert run_until_trip(leader, now + 100) != []
+        assert leader.current().label == "rollout(50)"  # back on the stored mode
+        assert leader.sync(now + 111).error is None
+    refused_as_is, dropped = refusals(caplog)
+    assert "CheckViolation" in refused_as_is and "as the mode change alone" in refused_as_is
+    assert dropped.startswith("guard events dropped: the database refuses them (CheckViolation")
+    assert dropped.endswith("back on the stored mode rollout(50)")
+    assert stored_rows(audit_engine)[0][-1].to_mode == "rollout(50)"  # no row of this trip
+    held = leader.command(ManualAction.HOLD, now + 112, actor="ana", reason="hold")
+    assert held.result.changed and leader.current().label == "held_round_robin"
     leader.close()

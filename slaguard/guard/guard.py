@@ -362,16 +362,15 @@ class Guard:
         self, stored: ModeState, now_s: float, *, replacing_unsaved: bool = False
     ) -> list[GuardEvent]:
         """Take a newer state written elsewhere (CLI, another replica); resolve if due.
-        `replacing_unsaved`: the database refused this guard's own last switch, so the
-        stored state replaces it even at the same version."""
-        if stored.version < self.state.version or (
-            stored.version == self.state.version and not replacing_unsaved
-        ):
+        `replacing_unsaved`: this guard's own switches were not stored (another writer
+        took the version, or the database refused them for good), so the stored state
+        replaces them even at the same or an older version."""
+        if stored.version <= self.state.version and not replacing_unsaved:
             return []
         before = self.state
-        # only when another writer took exactly the version this guard could not store
-        # did the fleet stay in its stage; a later state (a rollback, then a resume) is new
-        self._take(stored, new_stage=not (replacing_unsaved and stored.version == before.version))
+        # only when the stored state is no newer than this guard's unstored one did the
+        # fleet stay in its stage; a later state (a rollback, then a resume) is new
+        self._take(stored, new_stage=not (replacing_unsaved and stored.version <= before.version))
         if before.mode.kind not in _LEARNED_FAMILY and stored.mode.kind in _LEARNED_FAMILY:
             self._close_breaker()  # a resume (or a return) another process wrote
         resolved = self._maybe_resolve(before, now_s, stored.reason)

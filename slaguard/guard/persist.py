@@ -72,10 +72,7 @@ class EventPersister:
         except ModeConflictError:
             # Another replica switched first: its incident stands, ours was rolled back
             # with our switch (one incident and one message per state change).
-            stored = self.modes.load(now_s)
-            guard.adopt_state(stored, now_s, replacing_unsaved=True)
-            guard.incidents.current = self.incidents.restore()
-            return PersistResult(conflict=stored)
+            return PersistResult(conflict=self.take_stored(guard, now_s))
         _track_opened(guard, events, result.queued)
         for event in events:
             if isinstance(event, IncidentEvent) and event.state is not IncidentState.OPENED:
@@ -89,6 +86,14 @@ class EventPersister:
         for stored_event in result.queued:
             log.info("%s", incident_line(stored_event))
         return result
+
+    def take_stored(self, guard: Guard, now_s: float) -> ModeState:
+        """The stored mode and open incident replace `guard`'s, whose own switch was not
+        stored (lost to another writer, or dropped), however far ahead it was."""
+        stored = self.modes.load(now_s)
+        guard.adopt_state(stored, now_s, replacing_unsaved=True)
+        guard.incidents.current = self.incidents.restore()
+        return stored
 
     def _open_and_switch(
         self,

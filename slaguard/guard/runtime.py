@@ -34,7 +34,7 @@ from slaguard.audit.engine import error_line
 from slaguard.failure_log import FailureLog
 from slaguard.guard.breaker import BreakerPhase, BreakerState
 from slaguard.guard.config import GuardConfig
-from slaguard.guard.events import GuardEvent, ModeChangedEvent
+from slaguard.guard.events import GuardEvent
 from slaguard.guard.feed import AuditSampleFeed
 from slaguard.guard.forward import Arrival, decode_batch, encode_batches
 from slaguard.guard.guard import Guard
@@ -50,6 +50,7 @@ from slaguard.guard.router_inputs import INHERIT_MAX_AGE_S, RouterInputs
 from slaguard.guard.samples import FirstToken, GuardSample, Handed
 from slaguard.guard.store import FleetStateMissingError, GuardStore
 from slaguard.guard.verdicts import DetectorReport, Verdict
+from slaguard.guard.writes import GuardWrites
 from slaguard.notify.base import DeliveryResult, Notifier
 from slaguard.scheduler.rollout import FleetMode, ModeKind, RolloutPlan
 
@@ -101,7 +102,6 @@ class GuardReplica:
         self._local: deque[GuardSample | FirstToken] = deque(maxlen=LOCAL_QUEUE_MAX)
         self._arrivals: deque[Arrival] = deque(maxlen=LOCAL_QUEUE_MAX)
         self._handed_partial_until = -math.inf
-        self._unsaved: list[GuardEvent] | None = None
         self._leading = False
         self._reset_due = False
         """Leadership changed and `_reset_leader_state` has not run yet (it reads the
@@ -109,6 +109,7 @@ class GuardReplica:
         self.not_ready: Callable[[], str | None] = lambda: None
         """Why this replica must not lead now (the service's readiness), None if it may."""
         self._gate = LeadGate()
+        self.writes = GuardWrites(self.persister, self._gate, self.stats)
 
     # -- no I/O ---------------------------------------------------------------------------
 
@@ -158,7 +159,7 @@ class GuardReplica:
         try:
             with self._lock:
                 try:
-                    self._retry_unsaved(now_s)
+                    self.writes.retry(self.guard, now_s)
                     adopted = self._adopt_newer(now_s)
                 finally:  # a refused retry skipped it for good, leaving a leader's state here
                     if self._reset_due:
@@ -228,7 +229,7 @@ class GuardReplica:
                 self.fleet_digest,
             )
             self.reports = self.guard.last_reports
-            self._store(events, now_s)
+            self.writes.store(self.guard, events, now_s)
         return events
 
     def deliver(self, now_s: float) -> list[tuple[QueuedMessage, DeliveryResult]]:
@@ -250,7 +251,7 @@ class GuardReplica:
         """A human's rollback / hold / resume, stored at once (raises on database errors).
         `alert`: the alert that asked for a rollback, stored as the incident it opens."""
         with self._lock:
-            self._retry_unsaved(now_s)  # the command starts from this guard's state
+            self.writes.retry(self.guard, now_s)  # the command starts from this guard's state
             try:
                 return apply_manual(
                     self.guard, self.persister, action, now_s,
@@ -263,7 +264,7 @@ class GuardReplica:
     def alerts_resolved(self, detector: str, alertnames: set[str], now_s: float) -> bool:
         """See `note_alerts_resolved` (raises on database errors)."""
         with self._lock:
-            self._retry_unsaved(now_s)
+            self.writes.retry(self.guard, now_s)
             try:
                 return note_alerts_resolved(self.guard, self.persister, detector, alertnames, now_s)
             finally:
@@ -367,38 +368,5 @@ class GuardReplica:
             return None
         events = self.guard.adopt_state(stored, now_s)
         if self._leading and events:
-            self._store(events, now_s)
+            self.writes.store(self.guard, events, now_s)
         return stored
-
-    def _store(self, events: list[GuardEvent], now_s: float) -> None:
-        """Persist under the lock, after a batch the database refused (kept while it holds
-        a switch: stored with the next batch or at the next sync, so the trip's incident
-        opens and its switch names it)."""
-        batch = [*(self._unsaved or []), *events]
-        if not batch:
-            return
-        try:
-            self.persister.persist(self.guard, batch, now_s)
-        except SQLAlchemyError as exc:
-            self._gate.wrote(ok=False)
-            self.stats.persist_errors += 1
-            self.stats.last_error = error_line(exc, with_type=True)
-            log.error("guard events not stored: %s", self.stats.last_error)
-            if any(isinstance(e, ModeChangedEvent) for e in batch):
-                self._unsaved = batch
-        else:
-            self._unsaved = None
-            self._gate.wrote(ok=True)
-
-    def _retry_unsaved(self, now_s: float) -> None:
-        """Store the refused batch (raises while the database refuses it). Another writer
-        that took its version meanwhile wins: its state replaces this guard's."""
-        if self._unsaved is None:
-            return
-        try:
-            self.persister.persist(self.guard, self._unsaved, now_s)
-        except SQLAlchemyError:
-            self._gate.wrote(ok=False)
-            raise
-        self._unsaved = None
-        self._gate.wrote(ok=True)
