@@ -285,3 +285,29 @@ def test_a_trip_refused_for_good_stores_its_switch_alone_else_goes_back(
     held = leader.command(ManualAction.HOLD, now + 112, actor="ana", reason="hold")
     assert held.result.changed and leader.current().label == "held_round_robin"
     leader.close()
+
+
+def test_the_only_replica_says_it_leads_on_when_its_writes_fail(
+    audit_engine: Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An in-memory database's one process cannot give leadership up: it said
+    "leadership given up ... another replica leads meanwhile" and led on."""
+    now = time.time()
+    start_rollout(GuardStore(audit_engine), at_s=now - 30)
+    with mode_refused(audit_engine) as engine, caplog.at_level(logging.ERROR):
+        leader = GuardReplica(
+            engine, SoloLease(), FileNotifier(tmp_path / "notify.jsonl"), replica_id="a",
+            config=tripping_guard(GuardStore(audit_engine).load(now)).config,
+        )  # fmt: skip
+        assert leader.sync(now).leader
+        for sample in arm_samples(now - 5):
+            leader.observe(sample)
+        run_until_trip(leader, now)
+        assert all(leader.sync(now + 11 + k / 2).leader for k in range(4))
+    said = [r.getMessage() for r in caplog.records if r.name.endswith("lead_gate")]
+    assert [line.split(": ")[:2] for line in said] == [
+        ["guard writes failing", "it cannot write"],  # on its first sync
+        ["guard writes failing", "its guard writes failed 3 times in a row"],
+    ]
+    assert all(line.endswith("; this replica leads on: it is the only one") for line in said)
+    leader.close()

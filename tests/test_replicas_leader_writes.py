@@ -4,6 +4,7 @@ take it, and a leader whose writes keep failing gives it up to one that can writ
 
 from __future__ import annotations
 
+import logging
 import secrets
 import signal
 import time
@@ -116,3 +117,38 @@ def test_an_unready_replica_does_not_lead_and_a_failing_leader_steps_down(
         b.close()
         a.engine.dispose()
         b.engine.dispose()
+
+
+def test_a_lone_replica_leads_again_as_soon_as_it_can_write(
+    scratch: URL, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`fleet_state` locked for a few seconds: the only replica gave the lease up, then
+    left it free for 10 s after the lock had gone (no detector ran), saying "another
+    replica leads meanwhile"."""
+    now = time.time()
+    a = make(scratch, "a", tmp_path)
+    start_rollout(GuardStore(a.engine), at_s=now - 30)
+    try:
+        assert a.sync(now).gained
+        for sample in arm_samples(now - 5):
+            a.observe(sample)
+        with caplog.at_level(logging.ERROR), mode_refused(a.engine):
+            run_until_trip(a, now)
+            for k in range(WRITE_FAILURES_TO_STEP_DOWN - 1):  # the trip's write failed first
+                assert a.sync(now + 1 + k / 2).leader
+            assert a.sync(now + 2).lost
+            assert not a.sync(now + 2.5).leader  # still cannot write: leaves the lease
+            assert current_leader(scratch) is None
+        back = a.sync(now + 3)  # the lock is gone, the lease still free
+        assert back.gained and back.error is None and current_leader(scratch) == "a"
+        assert GuardStore(a.engine).load(now + 3).mode.label == "round_robin"  # its trip
+    finally:
+        a.close()
+        a.engine.dispose()
+    said = [r.getMessage() for r in caplog.records if "leadership" in r.getMessage()]
+    given_up, not_taken = said  # once per reason
+    assert given_up.startswith("guard leadership given up: its guard writes failed 3 times")
+    assert given_up.endswith(
+        "it takes the lease again once it can write and no other replica holds it"
+    )
+    assert not_taken.startswith("guard leadership not taken: it cannot write: QueryCanceled")

@@ -81,9 +81,15 @@ class LeaderLease(Protocol):
         """Leader as of the last poll (no I/O)."""
         ...
 
+    @property
+    def vacant(self) -> bool:
+        """Nobody held leadership at the last poll without `take` (no I/O)."""
+        ...
+
     def poll(self, *, take: bool = True) -> bool:
         """Re-check or (`take`) try to take leadership (blocking, bounded); True if
-        leading now. Without `take` it only keeps up the follower's side (router inputs)."""
+        leading now. Without `take` it keeps up the follower's side (router inputs) and
+        sees whether anybody leads (`vacant`)."""
         ...
 
     def release(self) -> None:
@@ -130,10 +136,15 @@ class PostgresLeaderLease:
         self._latest: str | None = None
         self._forwarded: list[str] = []
         self._samples_conn: psycopg.Connection | None = None
+        self._vacant = False
 
     @property
     def held(self) -> bool:
         return self._held
+
+    @property
+    def vacant(self) -> bool:
+        return self._vacant
 
     def publish(self, text: str) -> None:
         if len(text.encode()) > MAX_BATCH_BYTES:
@@ -191,6 +202,7 @@ class PostgresLeaderLease:
         return conn
 
     def poll(self, *, take: bool = True) -> bool:
+        self._vacant = False
         try:
             if self._conn is None or self._conn.closed:
                 self._held = False
@@ -202,8 +214,9 @@ class PostgresLeaderLease:
             if not self._held and take:
                 row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
                 self._held = bool(row and row[0])
-            elif not self._held:
-                self._conn.execute("SELECT 1")  # delivers the router inputs that arrived
+            elif not self._held:  # the query delivers the router inputs that arrived
+                row = self._conn.execute(_HOLDER_SQL, (_CLASS_ID, _OBJ_ID)).fetchone()
+                self._vacant = row is None
         except psycopg.Error as exc:
             if self._held:
                 log.warning("guard leadership lost: %s", error_line(exc))
@@ -281,10 +294,15 @@ class FileLeaderLease:
                               replica_id)  # fmt: skip
         self._fd: int | None = None
         self._latest: str | None = None
+        self._vacant = False
 
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+    @property
+    def vacant(self) -> bool:
+        return self._vacant
 
     def publish(self, text: str) -> None:
         tmp = self.router_path.with_name(f"{self.router_path.name}.{os.getpid()}")
@@ -312,10 +330,12 @@ class FileLeaderLease:
             self._latest = None
 
     def poll(self, *, take: bool = True) -> bool:
+        self._vacant = False
         if self._fd is not None:
             return True
         if not take:
             self._read_published()
+            self._vacant = current_leader_in(self.path) is None
             return False
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # a reader could flock it
         try:
@@ -343,6 +363,8 @@ class SoloLease:
     """One process, one database (in-memory SQLite): always the leader."""
 
     kind = "single process"
+
+    vacant = False
 
     @property
     def held(self) -> bool:
@@ -398,7 +420,13 @@ def current_leader(url: URL) -> str | None:
             row = conn.execute(_HOLDER_SQL, (_CLASS_ID, _OBJ_ID)).fetchone()
         return None if row is None else str(row[0]).removeprefix(APPLICATION_PREFIX)
     lock_file = leader_lock_file(url)
-    if lock_file is None or not lock_file.is_file():
+    return None if lock_file is None else current_leader_in(lock_file)
+
+
+def current_leader_in(lock_file: Path) -> str | None:
+    """The replica id in a held lock file ("unknown" if it holds none yet), None if the
+    lock is free."""
+    if not lock_file.is_file():
         return None
     with lock_file.open("rb") as handle:
         try:

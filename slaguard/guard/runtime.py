@@ -39,7 +39,7 @@ from slaguard.guard.feed import AuditSampleFeed
 from slaguard.guard.forward import Arrival, decode_batch, encode_batches
 from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore, QueuedMessage
-from slaguard.guard.lead_gate import LeadGate
+from slaguard.guard.lead_gate import LeadGate, Lease
 from slaguard.guard.leader import LeaderLease
 from slaguard.guard.manual import ManualAction, ManualOutcome, apply_manual, note_alerts_resolved
 from slaguard.guard.modes import NOT_LOADED, ModeState, TransitionKind
@@ -315,25 +315,41 @@ class GuardReplica:
 
     def _poll_lease(self, now_s: float) -> bool:
         """Poll the lease unless this replica must not lead (`LeadGate`: not ready, or
-        its writes keep failing); gaining it, check first that this replica can write,
-        else give it up at once."""
+        its writes keep failing). Gaining it, check first that this replica can write,
+        else give it up at once; after giving it up, take it again only when it is free
+        and the check passes (a lone replica leads again as soon as it can write)."""
         problem = None if self.lease.held else self.not_ready()  # a leader's writes tell
-        why_not = self._gate.why_not(now_s, problem, self.stats.last_error)
+        why_not = self._gate.why_not(problem, self.stats.last_error)
         if why_not is not None:
             if self.lease.held:
-                self.lease.release()
-                self._gate.gave_up(why_not, now_s)
+                self._give_up(why_not, now_s)
             return self.lease.poll(take=False)
-        if self.lease.poll() and not self._leading:
-            try:
-                self.store.check_writable()
-            except SQLAlchemyError as exc:
-                self.lease.release()
-                why = f"it cannot write: {error_line(exc, with_type=True)}"
-                self._gate.gave_up(why, now_s)
-            else:
-                self._gate.can_write()
+        if self.lease.held or not self._gate.holding_off(now_s):
+            if self.lease.poll() and not self._leading:
+                self._can_write(now_s)
+            return self.lease.held
+        self.lease.poll(take=False)  # another replica's lease is left alone
+        if self.lease.vacant and self._can_write(now_s):
+            self.lease.poll()
         return self.lease.held
+
+    def _can_write(self, now_s: float) -> bool:
+        """The write check (`GuardStore.check_writable`), told to the gate; a lease held
+        meanwhile is given up if it fails."""
+        try:
+            self.store.check_writable()
+        except SQLAlchemyError as exc:
+            self._give_up(f"it cannot write: {error_line(exc, with_type=True)}", now_s)
+            return False
+        self._gate.can_write()
+        return True
+
+    def _give_up(self, why: str, now_s: float) -> None:
+        """Release the lease if held, and say which of that happened (`LeadGate.gave_up`)."""
+        held = self.lease.held
+        self.lease.release()
+        lease: Lease = "kept" if self.lease.held else "released" if held else "not taken"
+        self._gate.gave_up(why, now_s, lease=lease)
 
     def _reset_leader_state(self, now_s: float, *, leading: bool) -> None:
         """A new leader continues from the database: open incident, breaker, history."""
