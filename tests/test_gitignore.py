@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import make_url
 
-from slaguard.guard.leader import FileLeaderLease, leader_lock_file
+from slaguard.guard.leader import leader_lock_file
+from slaguard.guard.lease_file import FileLeaderLease
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,14 +14,9 @@ from conftest import libpq_url
 from helpers import usual_umask
 from sqlalchemy.engine import URL, make_url
 
-from slaguard.guard.leader import (
-    APPLICATION_PREFIX,
-    FileLeaderLease,
-    PostgresLeaderLease,
-    SoloLease,
-    current_leader,
-    lease_for,
-)
+from slaguard.guard.leader import SoloLease, current_leader, lease_for
+from slaguard.guard.lease_file import FileLeaderLease
+from slaguard.guard.lease_pg import APPLICATION_PREFIX, PostgresLeaderLease
 
 
 @pytest.fixture

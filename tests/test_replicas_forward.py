@@ -26,7 +26,8 @@ from slaguard.guard.forward import (
     decode_batch,
     encode_batches,
 )
-from slaguard.guard.leader import FileLeaderLease, lease_for
+from slaguard.guard.leader import lease_for
+from slaguard.guard.lease_file import FileLeaderLease
 from slaguard.guard.runtime import HANDED_PARTIAL_HOLD_S, GuardReplica
 from slaguard.guard.samples import FirstToken, GuardSample
 from slaguard.notify.console import ConsoleNotifier

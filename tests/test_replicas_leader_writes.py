@@ -24,7 +24,8 @@ from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
 from slaguard.guard.breaker import BreakerState
 from slaguard.guard.lead_gate import WRITE_FAILURES_TO_STEP_DOWN
-from slaguard.guard.leader import PostgresLeaderLease, current_leader
+from slaguard.guard.leader import current_leader
+from slaguard.guard.lease_pg import PostgresLeaderLease
 from slaguard.guard.runtime import GuardReplica
 from slaguard.guard.store import GuardStore
 from slaguard.notify.file import FileNotifier

@@ -1,74 +1,30 @@
 """Which replica runs the detectors and sends notifications: one leader per database.
 
-PostgreSQL: a session-level advisory lock (`pg_try_advisory_lock`) held on a dedicated
-connection that does nothing else. Each `poll()` (every 500 ms from the mode sync)
-re-checks it on that connection, or tries to take it. The lock dies with the session,
-so leadership is released when:
-* the leader process dies (SIGKILL included): the kernel closes its socket, the server
-  ends the session at once and the next replica's poll takes the lock (< 1 s measured);
-* the leader stalls (stopped, swapped, a blocked loop): the session sets
-  `idle_session_timeout` (`lease_s`, 4 s), so a session that sends nothing for that long
-  is ended by the server;
-* the leader's host or network vanishes: server-side TCP keepalives on the session
-  (2 s idle, 1 s interval, 2 probes) end it after about 4 s.
-A replica that finds its connection gone steps down at its next poll; every write it
-might still attempt is a compare-and-set on the mode version, so a stale leader can
-never overwrite a newer mode.
-
-SQLite (one host): an exclusive `flock` on `<database file>.guard-leader`, released by
-the kernel when the holder dies; the holder's replica id is written into the file. A
-stopped process keeps the lock (no lease): SQLite is for a single host. An in-memory
-SQLite database has one process by definition: that process always leads.
+The lease (`LeaderLease`) is a PostgreSQL advisory lock held on a session of its own
+(`lease_pg.py`: released when the holder dies, stalls or vanishes, within `lease_s`), an
+exclusive `flock` beside a SQLite file (`lease_file.py`: one host), or, for an
+in-memory SQLite database, which has one process by definition, that process itself
+(`SoloLease`: it always leads).
 
 The lease also carries the leader's router inputs (jitter Z-scores, demotions) to the
 other replicas: `publish(text)` on the leader, `latest()` elsewhere (no I/O: the last
-text received by a poll). PostgreSQL: `pg_notify` on the lease connection, which every
-replica LISTENs on (the poll's query delivers what arrived); SQLite: a file beside the
-lock file, replaced atomically.
-
-The other direction: followers forward their guard samples and arrivals to the leader
-(`forward(texts)` on a follower, `take_forwarded()` on the leader; see `forward.py`).
-PostgreSQL: `pg_notify` on a second channel that only the leader LISTENs on, on a second
-connection opened at the poll that takes the lock (notifications arriving on the lock's
-own connection would keep a frozen leader's session from ever timing out); SQLite: a
-spool directory beside the lock file.
+text received by a poll). The other direction: followers forward their guard samples
+and arrivals to the leader (`forward(texts)` on a follower, `take_forwarded()` on the
+leader; see `forward.py`).
 """
 
 from __future__ import annotations
 
-import fcntl
-import logging
 import os
 import socket
 from pathlib import Path
 from typing import Protocol
 
-import psycopg
 from sqlalchemy.engine import URL
 
-from slaguard.audit.engine import error_line, sqlite_path
-from slaguard.guard.forward import MAX_BATCH_BYTES, SpoolDir
-
-log = logging.getLogger(__name__)
-
-LOCK_KEY = int.from_bytes(b"slaguard", "big")
-"""The advisory lock key (a bigint; advisory locks are per database)."""
-APPLICATION_PREFIX = "slaguard-guard:"
-ROUTER_CHANNEL = "slaguard_guard_router"
-SAMPLES_CHANNEL = "slaguard_guard_samples"
-LEASE_S = 4.0
-CONNECT_TIMEOUT_S = 2
-_CLASS_ID, _OBJ_ID = LOCK_KEY >> 32, LOCK_KEY & 0xFFFFFFFF
-_HELD_SQL = (
-    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
-    "AND classid = %s AND objid = %s AND objsubid = 1 AND granted"
-)
-_HOLDER_SQL = (
-    "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-    "WHERE l.locktype = 'advisory' AND l.classid = %s AND l.objid = %s AND l.objsubid = 1 "
-    "AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = "
-    "current_database())"
-)
+from slaguard.audit.engine import sqlite_path
+from slaguard.guard.lease_file import FileLeaderLease, current_leader_in
+from slaguard.guard.lease_pg import LEASE_S, PostgresLeaderLease, pg_current_leader
 
 
 class LeaderLease(Protocol):
@@ -115,248 +71,6 @@ class LeaderLease(Protocol):
     def close(self) -> None:
         """Give leadership up."""
         ...
-
-
-def libpq_conninfo(url: URL) -> str:
-    """A SQLAlchemy PostgreSQL URL as a libpq connection string (password kept)."""
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-class PostgresLeaderLease:
-    """A session advisory lock on a connection of its own."""
-
-    kind = "postgresql advisory lock"
-
-    def __init__(self, url: URL, replica_id: str, *, lease_s: float = LEASE_S) -> None:
-        self.conninfo = libpq_conninfo(url)
-        self.replica_id = replica_id
-        self.lease_s = lease_s
-        self._conn: psycopg.Connection | None = None
-        self._held = False
-        self._latest: str | None = None
-        self._forwarded: list[str] = []
-        self._samples_conn: psycopg.Connection | None = None
-        self._vacant = False
-
-    @property
-    def held(self) -> bool:
-        return self._held
-
-    @property
-    def vacant(self) -> bool:
-        return self._vacant
-
-    def publish(self, text: str) -> None:
-        if len(text.encode()) > MAX_BATCH_BYTES:
-            log.warning("router inputs not published: %d bytes", len(text.encode()))
-            return
-        self._notify(ROUTER_CHANNEL, [text])
-
-    def latest(self) -> str | None:
-        return self._latest
-
-    def forward(self, texts: list[str]) -> None:
-        self._notify(SAMPLES_CHANNEL, texts)
-
-    def take_forwarded(self) -> list[str]:
-        """What the last polls received (the notifications arrive with their queries)."""
-        texts, self._forwarded = self._forwarded, []
-        return texts
-
-    def _notify(self, channel: str, texts: list[str]) -> None:
-        conn = self._conn
-        if conn is None or conn.closed or not texts:
-            return
-        try:
-            for text in texts:
-                conn.execute("SELECT pg_notify(%s, %s)", (channel, text))
-        except psycopg.Error as exc:
-            log.debug("notification on %s not sent: %s", channel, exc)
-
-    def _on_notify(self, notify: psycopg.Notify) -> None:
-        if notify.channel == ROUTER_CHANNEL:
-            self._latest = notify.payload
-        elif notify.channel == SAMPLES_CHANNEL and self._held:
-            self._forwarded.append(notify.payload)
-
-    def _connect(self, *, idle_timeout: bool = True) -> psycopg.Connection:
-        lease_ms = int(self.lease_s * 1000)
-        idle = f"-c idle_session_timeout={lease_ms} " if idle_timeout else ""
-        options = (
-            f"{idle}-c statement_timeout={lease_ms} "
-            f"-c idle_in_transaction_session_timeout={lease_ms} "
-            "-c tcp_keepalives_idle=2 -c tcp_keepalives_interval=1 -c tcp_keepalives_count=2"
-        )
-        conn = psycopg.connect(
-            self.conninfo,
-            autocommit=True,
-            connect_timeout=CONNECT_TIMEOUT_S,
-            application_name=(APPLICATION_PREFIX + self.replica_id)[:63],
-            options=options,
-            keepalives=1,
-            keepalives_idle=2,
-            keepalives_interval=1,
-            keepalives_count=2,
-        )
-        conn.add_notify_handler(self._on_notify)
-        return conn
-
-    def poll(self, *, take: bool = True) -> bool:
-        self._vacant = False
-        try:
-            if self._conn is None or self._conn.closed:
-                self._held = False
-                self._conn = self._connect()
-                self._conn.execute(f"LISTEN {ROUTER_CHANNEL}")
-            if self._held:
-                row = self._conn.execute(_HELD_SQL, (_CLASS_ID, _OBJ_ID)).fetchone()
-                self._held = bool(row and row[0])
-            if not self._held and take:
-                row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
-                self._held = bool(row and row[0])
-            elif not self._held:  # the query delivers the router inputs that arrived
-                row = self._conn.execute(_HOLDER_SQL, (_CLASS_ID, _OBJ_ID)).fetchone()
-                self._vacant = row is None
-        except psycopg.Error as exc:
-            if self._held:
-                log.warning("guard leadership lost: %s", error_line(exc))
-            self._drop()
-        self._pump_samples()
-        return self._held
-
-    def _pump_samples(self) -> None:
-        """The leader LISTENs for forwarded samples on a connection of its own: a steady
-        stream of notifications keeps a session from ever being idle, and the lock's
-        session must time out (`idle_session_timeout`) when its process freezes."""
-        if not self._held:
-            self._close_samples()
-            return
-        try:
-            if self._samples_conn is None or self._samples_conn.closed:
-                self._samples_conn = self._connect(idle_timeout=False)
-                self._samples_conn.execute(f"LISTEN {SAMPLES_CHANNEL}")
-            self._samples_conn.execute("SELECT 1")  # delivers what arrived
-        except psycopg.Error as exc:
-            log.debug("forwarded samples not received: %s", exc)
-            self._close_samples()
-
-    def _close_samples(self) -> None:
-        conn, self._samples_conn = self._samples_conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except psycopg.Error:
-                log.debug("closing the samples connection failed", exc_info=True)
-
-    def _drop(self) -> None:
-        self._held = False
-        self._forwarded = []
-        self._close_samples()
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except psycopg.Error:
-                log.debug("closing the leader connection failed", exc_info=True)
-            self._conn = None
-
-    def release(self) -> None:
-        if self._held and self._conn is not None and not self._conn.closed:
-            try:
-                self._conn.execute("SELECT pg_advisory_unlock_all()")
-            except psycopg.Error as exc:  # the session goes, and the lock with it
-                log.debug("unlocking failed: %s", exc)
-                self._drop()
-        self._held = False
-        self._forwarded = []
-        self._close_samples()
-
-    def close(self) -> None:
-        """Unlock before closing: the server ends a closed session a moment later, and
-        the next replica should not have to wait for that."""
-        if self._held and self._conn is not None and not self._conn.closed:
-            try:
-                self._conn.execute("SELECT pg_advisory_unlock_all()")
-            except psycopg.Error:
-                log.debug("unlocking before close failed", exc_info=True)
-        self._drop()
-
-
-class FileLeaderLease:
-    """An exclusive flock on a file beside the SQLite database."""
-
-    kind = "file lock"
-
-    def __init__(self, path: Path, replica_id: str) -> None:
-        self.path = path
-        self.replica_id = replica_id
-        self.router_path = path.with_name(path.name.removesuffix("-leader") + "-router")
-        self.spool = SpoolDir(path.with_name(path.name.removesuffix("-leader") + "-samples"),
-                              replica_id)  # fmt: skip
-        self._fd: int | None = None
-        self._latest: str | None = None
-        self._vacant = False
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    @property
-    def vacant(self) -> bool:
-        return self._vacant
-
-    def publish(self, text: str) -> None:
-        tmp = self.router_path.with_name(f"{self.router_path.name}.{os.getpid()}")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, self.router_path)
-        except OSError as exc:
-            log.debug("router inputs not published: %s", exc)
-
-    def latest(self) -> str | None:
-        return self._latest
-
-    def forward(self, texts: list[str]) -> None:
-        self.spool.put(texts)
-
-    def take_forwarded(self) -> list[str]:
-        return self.spool.take() if self._fd is not None else []
-
-    def _read_published(self) -> None:
-        try:
-            self._latest = self.router_path.read_text()
-        except OSError:
-            self._latest = None
-
-    def poll(self, *, take: bool = True) -> bool:
-        self._vacant = False
-        if self._fd is not None:
-            return True
-        if not take:
-            self._read_published()
-            self._vacant = current_leader_in(self.path) is None
-            return False
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # a reader could flock it
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            self._read_published()
-            return False
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, self.replica_id.encode(), 0)
-        self._fd = fd
-        return True
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-            os.close(self._fd)
-            self._fd = None
-
-    def close(self) -> None:
-        self.release()
 
 
 class SoloLease:
@@ -414,24 +128,6 @@ def default_replica_id() -> str:
 def current_leader(url: URL) -> str | None:
     """The replica id of whoever leads now, None when nobody does (for `slaguard status`)."""
     if url.get_backend_name() == "postgresql":
-        with psycopg.connect(
-            libpq_conninfo(url), autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
-        ) as conn:
-            row = conn.execute(_HOLDER_SQL, (_CLASS_ID, _OBJ_ID)).fetchone()
-        return None if row is None else str(row[0]).removeprefix(APPLICATION_PREFIX)
+        return pg_current_leader(url)
     lock_file = leader_lock_file(url)
     return None if lock_file is None else current_leader_in(lock_file)
-
-
-def current_leader_in(lock_file: Path) -> str | None:
-    """The replica id in a held lock file ("unknown" if it holds none yet), None if the
-    lock is free."""
-    if not lock_file.is_file():
-        return None
-    with lock_file.open("rb") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return handle.read().decode(errors="replace") or "unknown"
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return None

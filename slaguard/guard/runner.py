@@ -41,7 +41,8 @@ from slaguard.audit.migrate import SchemaNotCurrentError, require_current_schema
 from slaguard.guard.config import GuardConfig
 from slaguard.guard.events import GuardEvent, IncidentEvent, ModeChangedEvent
 from slaguard.guard.feed import AuditSampleFeed
-from slaguard.guard.leader import LEASE_S, default_replica_id, lease_for
+from slaguard.guard.leader import default_replica_id, lease_for
+from slaguard.guard.lease_pg import LEASE_S
 from slaguard.guard.runtime import GuardReplica
 from slaguard.notify.factory import NotifyConfigError, notifier_from_env
 from slaguard.scheduler.rollout import RolloutPlan
