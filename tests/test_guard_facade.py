@@ -20,7 +20,7 @@ from slaguard.guard.events import (
 from slaguard.guard.guard import Guard
 from slaguard.guard.modes import ModeState
 from slaguard.guard.samples import GuardSample
-from slaguard.guard.verdicts import Severity
+from slaguard.guard.verdicts import Action, Severity, Verdict
 from slaguard.scheduler.rollout import ROUND_ROBIN, Arm, FleetMode, ModeKind, RolloutPlan
 
 R10 = FleetMode(ModeKind.ROLLOUT, 10)
@@ -259,3 +259,17 @@ def _tripped_by_a_losing_rollout() -> tuple[Guard, float]:
             guard.evaluate(t)
     assert guard.state.mode == ROUND_ROBIN
     return guard, t
+
+
+def test_a_log_line_writes_out_the_control_characters_of_chosen_text() -> None:
+    """A prefix id (or an alert's label) with a newline and an escape forged a log line
+    with its own time and level, and drove the terminal of whoever tailed the log."""
+    forged = "x\n2026-11-30 19:40:00,000 CRITICAL FORGED\x1b[2J"
+    verdict = Verdict("hot_spot", Action.TRIP, f"prefix:{forged}", Severity.CRITICAL, forged, 1.0)
+    said = log_line(VerdictEvent(verdict, VerdictPhase.RAISED))
+    assert said is not None
+    assert "\n" not in said[1] and "\x1b" not in said[1]
+    assert said[1] == (
+        "guard hot_spot on prefix:x\\n2026-11-30 19:40:00,000 CRITICAL FORGED\\x1b[2J: "
+        "x\\n2026-11-30 19:40:00,000 CRITICAL FORGED\\x1b[2J"
+    )

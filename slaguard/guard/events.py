@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from slaguard.guard.modes import ModeTransition
 from slaguard.guard.verdicts import Action, JsonDict, Severity, Verdict
+from slaguard.plaintext import visible
 
 
 class VerdictPhase(StrEnum):
@@ -125,8 +126,9 @@ GuardEvent = VerdictEvent | BreakerEvent | ModeChangedEvent | IncidentEvent
 
 
 def incident_line(event: IncidentEvent) -> str:
-    """What an operator's log says of an incident state change, once it is stored."""
-    return f"incident {event.incident_id} {event.state.value}: {event.summary}"
+    """What an operator's log says of an incident state change, once it is stored (control
+    characters written out: subjects and summaries carry text clients and alerts chose)."""
+    return visible(f"incident {event.incident_id} {event.state.value}: {event.summary}")
 
 
 def log_line(event: GuardEvent) -> tuple[bool, str] | None:
@@ -137,7 +139,13 @@ def log_line(event: GuardEvent) -> tuple[bool, str] | None:
     None for an incident: the guard's event carries its in-memory id (the audit id is
     assigned when it is stored) and may not be stored at all (already announced), and
     commands and adoptions change incidents too; `EventPersister` logs each one it stores
-    (`incident_line`), with the audit id used everywhere else."""
+    (`incident_line`), with the audit id used everywhere else. Control characters are
+    written out (a newline in an alert's label forged a log line)."""
+    found = _log_line(event)
+    return None if found is None else (found[0], visible(found[1]))
+
+
+def _log_line(event: GuardEvent) -> tuple[bool, str] | None:
     if isinstance(event, ModeChangedEvent):
         t = event.transition
         return True, f"fleet mode {t.from_mode} -> {t.to_mode} ({t.kind.value}): {t.reason}"
