@@ -280,10 +280,18 @@ async def _first_byte(
 ) -> Upstream:
     if not target.url:
         raise UpstreamError("no URL configured for this target")
-    resp = await client.post(target.url.rstrip("/") + path, data=raw, headers=FORWARD_HEADERS)
+    resp = await client.post(
+        target.url.rstrip("/") + path, data=raw, headers=FORWARD_HEADERS, allow_redirects=False
+    )
     try:
         if resp.status >= 500:
             raise UpstreamError(f"HTTP {resp.status}")
+        if 300 <= resp.status < 400:  # followed, it sent the prompt to a host of its choosing
+            where = resp.headers.get("location", "?")
+            raise UpstreamError(
+                f"HTTP {resp.status} to {where!r}: redirects are not followed; set the "
+                "target's url to where it serves"
+            )
         if resp.status == 404:  # the model was checked against the fleet: the target is wrong
             raise UpstreamError("HTTP 404: the backend does not serve this model; check its url")
         chunks = resp.content.iter_any()

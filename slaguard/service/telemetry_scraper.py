@@ -112,8 +112,10 @@ class MetricsScraper:
     async def _one(self, target: Target) -> None:
         url = f"{str(target.url).rstrip('/')}/metrics"
         try:
-            async with self.client.get(url, timeout=self.timeout) as resp:
+            async with self.client.get(url, timeout=self.timeout, allow_redirects=False) as resp:
                 resp.raise_for_status()
+                if resp.status != 200:  # a redirect is not followed to a host of its choosing
+                    raise ScrapeError(f"HTTP {resp.status}: expected 200 with the metrics")
                 text = await resp.text()
             picture = parse_vllm_metrics(text)
         except (aiohttp.ClientError, TimeoutError, ScrapeError, ValueError) as exc:
