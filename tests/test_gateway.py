@@ -287,6 +287,11 @@ def test_no_capacity_is_a_503(stack: Stack, tmp_path: Path) -> None:
     rt = stack.service.runtime
     scraper = stack.app.state.scraper
     scraped, scraper.targets = scraper.targets, []  # a scrape would set them healthy again
+    started = scraper.rounds  # a round already under way still scrapes the old list
+    deadline = time.monotonic() + 10.0
+    while scraper.rounds == started and time.monotonic() < deadline:
+        time.sleep(0.01)  # rounds run one after the other: the next one starts empty
+    assert scraper.rounds > started
     for t in rt.fleet:
         rt.scheduler.state.set_healthy(t.index, False)
     try:

@@ -151,6 +151,20 @@ def mode_refused(engine: Engine) -> Iterator[Engine]:
     timed.dispose()
 
 
+def losing_learned_leader(
+    engine: Engine, audit_engine: Engine, tmp_path: Path, now: float
+) -> GuardReplica:
+    """The only replica, leading on `engine`, fed a learned arm that loses: it trips."""
+    leader = GuardReplica(
+        engine, SoloLease(), FileNotifier(tmp_path / "notify.jsonl"), replica_id="a",
+        config=tripping_guard(GuardStore(audit_engine).load(now)).config,
+    )  # fmt: skip
+    assert leader.sync(now).leader
+    for sample in arm_samples(now - 5):
+        leader.observe(sample)
+    return leader
+
+
 @pytest.mark.parametrize("stored_by", ["sync", "command"])
 def test_a_refused_trip_stays_in_force_and_is_stored_with_its_incident(
     audit_engine: Engine, tmp_path: Path, stored_by: str
@@ -161,13 +175,7 @@ def test_a_refused_trip_stays_in_force_and_is_stored_with_its_incident(
     now = time.time()
     start_rollout(GuardStore(audit_engine), at_s=now - 30)
     with mode_refused(audit_engine) as engine:
-        leader = GuardReplica(
-            engine, SoloLease(), FileNotifier(tmp_path / "notify.jsonl"), replica_id="a",
-            config=tripping_guard(GuardStore(audit_engine).load(now)).config,
-        )  # fmt: skip
-        assert leader.sync(now).leader
-        for sample in arm_samples(now - 5):
-            leader.observe(sample)
+        leader = losing_learned_leader(engine, audit_engine, tmp_path, now)
         (change,) = run_until_trip(leader, now)
         assert leader.stats.persist_errors == 1
         assert leader.current().label == "round_robin"  # this replica is safe at once
@@ -295,13 +303,7 @@ def test_the_only_replica_says_it_leads_on_when_its_writes_fail(
     now = time.time()
     start_rollout(GuardStore(audit_engine), at_s=now - 30)
     with mode_refused(audit_engine) as engine, caplog.at_level(logging.ERROR):
-        leader = GuardReplica(
-            engine, SoloLease(), FileNotifier(tmp_path / "notify.jsonl"), replica_id="a",
-            config=tripping_guard(GuardStore(audit_engine).load(now)).config,
-        )  # fmt: skip
-        assert leader.sync(now).leader
-        for sample in arm_samples(now - 5):
-            leader.observe(sample)
+        leader = losing_learned_leader(engine, audit_engine, tmp_path, now)
         run_until_trip(leader, now)
         assert all(leader.sync(now + 11 + k / 2).leader for k in range(4))
     said = [r.getMessage() for r in caplog.records if r.name.endswith("lead_gate")]
