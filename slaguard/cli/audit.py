@@ -87,7 +87,9 @@ def decisions_command(
     until: str = UntilOption,
     target: str | None = typer.Option(None, help="Only this target id."),
     model: str | None = typer.Option(None, help="Only this model id."),
-    policy: str | None = typer.Option(None, help="Only this arm: round_robin or learned."),
+    policy: str | None = typer.Option(
+        None, help="Only this arm: round_robin or learned (also round-robin)."
+    ),
     mode: str | None = typer.Option(None, help="Only this fleet mode, e.g. rollout(10)."),
     limit: int = typer.Option(1000, help=f"At most this many rows, up to {LIMIT_MAX:,} (0: all)."),
     db: str | None = DbOption,
