@@ -80,3 +80,30 @@ def test_every_printed_command_runs_as_pasted_elsewhere(
             timeout=120,
         )
         assert done.returncode == 0, (command, done.stderr)
+
+
+def test_a_relative_work_directory_is_printed_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--workdir demo2` printed `--db demo2/audit.db`, which fails pasted anywhere else."""
+    workdir = tmp_path / "demo2"
+    workdir.mkdir()
+    engine = create_audit_engine(f"sqlite:///{workdir / 'audit.db'}")
+    upgrade(engine)
+    engine.dispose()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [MODULE_MAIN, "demo"])
+    out = io.StringIO()
+    where_to_look(Path("demo2"), Console(file=out, width=60))
+    lines = out.getvalue().splitlines()[2:]
+    assert f"(`export SLAGUARD_DB={workdir / 'audit.db'}`" in lines[0]
+    commands = [shlex.split(line.split(": ", 1)[1]) for line in lines[1:] if " --db " in line]
+    assert len(commands) == 5
+    for argv in commands:
+        assert argv[argv.index("--db") + 1] == str(workdir / "audit.db")
+    shown = {line.split(":", 1)[0].strip(): line.split(": ", 1)[1] for line in lines[-3:]}
+    assert shown == {
+        "fleet file": str(workdir / "fleet.yaml"),
+        "logs": f"{workdir}/*.log",
+        "metrics": f"{workdir / 'metrics.txt'} (the last /metrics scrape)",
+    }

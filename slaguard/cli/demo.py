@@ -77,6 +77,7 @@ def demo(
 ) -> None:
     """Run the full demo (or, with --routing-only, explain sample routing decisions)."""
     if not routing_only:
+        workdir = workdir.absolute()  # every path printed is pasted elsewhere
         try:
             run_demo(workdir)
         except Interrupted as exc:  # the stop above said what it stopped

@@ -293,7 +293,9 @@ def slaguard_command() -> list[str]:
 
 def where_to_look(workdir: Path, console: Console) -> None:
     """The files, and the commands that read them, each on one line to paste (never wrapped
-    at the terminal's width)."""
+    at the terminal's width), with absolute paths: `--workdir demo2` printed `--db
+    demo2/audit.db`, which fails pasted from any other directory."""
+    workdir = workdir.absolute()
     db, fleet = workdir / "audit.db", workdir / "fleet.yaml"
 
     def say(label: str, *args: str | Path, note: str = "") -> None:
@@ -343,8 +345,10 @@ def _run(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, list[float
 
 
 def run_demo(workdir: Path, plan: DemoPlan | None = None, console: Console | None = None) -> None:
-    """The whole demo; `workdir` is emptied first and keeps the DB, config and logs.
-    Ctrl-C, SIGTERM and SIGHUP stop it all and raise `Interrupted`."""
+    """The whole demo; `workdir` is emptied first and keeps the DB, config and logs
+    (named by absolute path in all it prints). Ctrl-C, SIGTERM and SIGHUP stop it all
+    and raise `Interrupted`."""
+    workdir = workdir.absolute()
     plan = plan or DemoPlan()
     console = console or Console()
     say = functools.partial(console.print, highlight=False)
