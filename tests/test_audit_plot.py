@@ -16,8 +16,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
+from matplotlib.cbook import STEP_LOOKUP_MAP
 from matplotlib.dates import date2num
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from test_audit_cli import ok
 
 from slaguard.audit import plot, service
@@ -65,17 +67,26 @@ def figure(short_run: str) -> Iterator[tuple[Figure, pd.DataFrame]]:
     plt.close(fig)
 
 
+def drawn(line: Line2D) -> tuple[list[float], list[float]]:
+    """The vertices `line` is drawn through (its steps, if stepped), x as date numbers."""
+    xs, ys = line.get_xdata(orig=False), line.get_ydata(orig=False)
+    stepped = STEP_LOOKUP_MAP[line.get_drawstyle()](xs, ys)
+    return list(map(float, stepped[0])), list(map(float, stepped[1]))
+
+
 def test_every_target_shows_even_with_one_bucket(figure: tuple[Figure, pd.DataFrame]) -> None:
     fig, series = figure
     lonely = [t for t in series.columns if series[t].notna().sum() == 1]
     assert lonely, "the run should hold a target with a single per-minute bucket"
-    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
     for line in fig.axes[0].get_lines():
         if line.get_linestyle() == "--":  # a mode switch
             continue
-        points = sum(not math.isnan(y) for y in line.get_ydata())
-        assert line.get_marker() not in (None, "None", "") or points >= 2, line.get_label()
-    assert lines[str(series.max().idxmax())].get_marker() == "o"
+        xs, ys = drawn(line)
+        segments = sum(
+            not math.isnan(y0) and not math.isnan(y1) and x1 > x0
+            for x0, x1, y0, y1 in zip(xs[:-1], xs[1:], ys[:-1], ys[1:], strict=True)
+        )
+        assert line.get_marker() not in (None, "None", "") or segments, line.get_label()
 
 
 def test_ten_switches_in_two_minutes_stay_readable(figure: tuple[Figure, pd.DataFrame]) -> None:
@@ -87,6 +98,36 @@ def test_ten_switches_in_two_minutes_stay_readable(figure: tuple[Figure, pd.Data
     named = {t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().texts}
     assert set(MODES) <= named
     assert fig.axes[-1].get_legend().get_title().get_text() == "fleet mode (10 switches)"
+
+
+def test_each_minute_is_drawn_over_the_minute_it_covers(short_run: str) -> None:
+    """Each minute's p99 was one point at the minute's start: an incident opening at
+    :38 with its traffic in that minute showed no TTFT inside its shaded span, and the
+    minute's traffic sat left of the switches that shaped it."""
+    engine = create_audit_engine(f"sqlite:///{short_run}")
+    now = datetime.fromtimestamp(START_S + 3600, UTC)
+    timeline = incident_timeline(engine, 1, now=now)
+    series = service.ttft_p99_series(engine, *timeline.window)
+    engine.dispose()
+    fig = incident_figure(timeline, series, now)
+    try:
+        opened = timeline.phases["during"][0]
+        minute = series.loc[pd.Timestamp(opened).floor("1min")]
+        target = str(minute.idxmax())  # the busiest of the incident's opening minute
+        line = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}[target]
+        xs, ys = drawn(line)
+        spans = [
+            (x0, x1)
+            for x0, x1, y0, y1 in zip(xs[:-1], xs[1:], ys[:-1], ys[1:], strict=True)
+            if y0 == y1 == minute[target]
+        ]
+        assert any(x0 <= date2num(opened) <= x1 for x0, x1 in spans), spans
+        last = series[target].last_valid_index() + pd.Timedelta(minutes=1)
+        finite = [x for x, y in zip(xs, ys, strict=True) if not math.isnan(y)]
+        assert max(finite) == pytest.approx(date2num(last), abs=1e-9)
+        assert "per minute" in fig.axes[0].get_ylabel()
+    finally:
+        plt.close(fig)
 
 
 def test_the_time_axis_says_utc(figure: tuple[Figure, pd.DataFrame]) -> None:

@@ -1,8 +1,10 @@
 """`audit incident --plot`: TTFT p99 per target over time, mode switches marked.
 
 The targets whose p99 peaked highest get coloured lines and a legend; the rest are thin
-grey lines, so a 19-target fleet stays readable. Every point has a marker: a target with
-one per-minute bucket (or one between gaps) is a line of one point, which drew nothing.
+grey lines, so a 19-target fleet stays readable. Each minute's p99 is a step over the
+minute it covers: drawn as a point at the minute's start, an incident opening at :38 showed
+no TTFT in its shaded span and its minute's traffic left of the switches that shaped it (a
+step is also seen for a target with one minute, which a line of one point did not draw).
 The incident span is shaded. Switches are dashed lines; the fleet mode over time is a
 coloured band under the plot with the modes in a legend: labels written at each switch
 piled up into one unreadable block when a few minutes held ten of them. A window without a
@@ -44,7 +46,7 @@ def _x(moment: datetime) -> float:
 def incident_figure(
     tl: IncidentTimeline, series: pd.DataFrame, now: datetime, mode_in_force: str | None = None
 ) -> Figure:
-    """The figure of `series` (bucket x target TTFT p99) around incident `tl`, up to `now`
+    """The figure of `series` (`ttft_p99_series`) around incident `tl`, up to `now`
     at most: a window reaching past it (30 min after a recent resolution) had the last
     mode painted over a future no data or switch can be in. `mode_in_force` bands a
     window `tl` holds no switch for."""
@@ -58,14 +60,15 @@ def incident_figure(
     )  # fmt: skip
     ax, bottom = axes[0][0], axes[-1][0]
     if not series.empty:
+        steps = _over_each_bucket(series)
         peaks = series.max().sort_values(ascending=False)
         top = list(peaks.index[:HIGHLIGHTED_TARGETS])
         for target in series.columns:
             if target not in top:
-                ax.plot(series.index, series[target], color="0.8", linewidth=0.8,
-                        marker="o", markersize=2)  # fmt: skip
+                ax.plot(steps.index, steps[target], color="0.8", linewidth=0.8,
+                        drawstyle="steps-post")  # fmt: skip
         for target in top:
-            ax.plot(series.index, series[target], linewidth=1.8, marker="o", markersize=4,
+            ax.plot(steps.index, steps[target], linewidth=1.8, drawstyle="steps-post",
                     label=str(target))  # fmt: skip
     during = tl.phases["during"]
     ax.axvspan(_x(during[0]), _x(during[1]), color="tab:red", alpha=0.08, label="incident")
@@ -73,7 +76,7 @@ def incident_figure(
         ax.axvline(_x(at), color="black", linestyle="--", linewidth=0.8)
     start, end = tl.window[0], min(tl.window[1], now)
     ax.set_xlim(_x(start), _x(end))
-    ax.set_ylabel("TTFT p99 per minute (s)")
+    ax.set_ylabel("TTFT p99 per minute (s),\neach step one minute")
     ax.set_title(f"incident {tl.incident.id}: {tl.incident.record.subject}"[:110])
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
@@ -110,6 +113,13 @@ def _mode_band(
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.5), fontsize=7,
               ncol=math.ceil(len(handles) / 6), frameon=False, title_fontsize=7,
               title=f"fleet mode ({counted(len(changes), 'switch', 'switches')})")  # fmt: skip
+
+
+def _over_each_bucket(series: pd.DataFrame) -> pd.DataFrame:
+    """`series` with a last row at its last bucket's end repeating that bucket, so that
+    drawn as steps from each bucket's start the last one spans its bucket too."""
+    end = series.index[-1] + pd.Timedelta(series.index.freq)
+    return pd.concat([series, series.iloc[[-1]].set_axis([end])])
 
 
 def plot_incident(

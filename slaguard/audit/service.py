@@ -140,7 +140,9 @@ def summary(
 def ttft_p99_series(
     engine: Engine, since: datetime, until: datetime, bucket: str = "1min"
 ) -> pd.DataFrame:
-    """TTFT p99 per target per time bucket (rows: bucket start, columns: target ids)."""
+    """TTFT p99 per target per time bucket (columns: target ids). The rows are every
+    bucket from the first to the last with data, labelled by its start, with the bucket
+    width as the index's `freq`: a plot draws each value over the span it covers."""
     with engine.connect() as conn:
         rows = pd.read_sql(
             select(Decision.decided_at, Decision.target_id, Outcome.ttft_s)
@@ -151,7 +153,8 @@ def ttft_p99_series(
     if rows.empty:
         return pd.DataFrame()
     grouped = rows.groupby([pd.Grouper(key="decided_at", freq=bucket), "target_id"])
-    return grouped["ttft_s"].quantile(0.99).unstack("target_id").sort_index()
+    p99 = grouped["ttft_s"].quantile(0.99).unstack("target_id").sort_index()
+    return p99.reindex(pd.date_range(p99.index[0], p99.index[-1], freq=bucket))
 
 
 @dataclass(frozen=True, slots=True)
