@@ -97,7 +97,7 @@ def test_ten_switches_in_two_minutes_stay_readable(figure: tuple[Figure, pd.Data
         assert not a.overlaps(b), (ta.get_text(), tb.get_text())
     named = {t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().texts}
     assert set(MODES) <= named
-    assert fig.axes[-1].get_legend().get_title().get_text() == "fleet mode (10 switches)"
+    assert fig.axes[-1].get_legend().get_title().get_text() == "fleet mode (10 mode changes)"
 
 
 def test_each_minute_is_drawn_over_the_minute_it_covers(short_run: str) -> None:
@@ -184,7 +184,7 @@ def test_a_window_without_a_switch_is_banded_with_the_mode_in_force(short_run: s
         x1, _ = band.transData.transform((right, 0))
         assert (extents.x0, extents.x1) == pytest.approx((x0, x1), abs=0.5)
         assert [t.get_text() for t in band.get_legend().texts] == ["held_round_robin"]
-        assert band.get_legend().get_title().get_text() == "fleet mode (0 switches)"
+        assert band.get_legend().get_title().get_text() == "fleet mode (0 mode changes)"
     finally:
         plt.close(fig)
 

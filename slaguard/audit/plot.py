@@ -112,7 +112,7 @@ def _mode_band(
     handles = [Patch(color=c, label=m) for m, c in colours.items()]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.5), fontsize=7,
               ncol=math.ceil(len(handles) / 6), frameon=False, title_fontsize=7,
-              title=f"fleet mode ({counted(len(changes), 'switch', 'switches')})")  # fmt: skip
+              title=f"fleet mode ({counted(len(changes), 'mode change')})")  # fmt: skip
 
 
 def _over_each_bucket(series: pd.DataFrame) -> pd.DataFrame:
