@@ -184,6 +184,22 @@ def test_unsupported_drivers_are_refused_in_one_line() -> None:
     assert "driver 'postgresql+psycopg2' is not installed" in result.output
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["status"], ["audit", "decisions"], ["rollback", "--reason", "x"], ["db", "current"]],
+)
+def test_a_sqlite_url_with_two_slashes_is_one_line_naming_the_fix(command: list[str]) -> None:
+    """`sqlite://audit.db` reads `audit.db` as a host: SQLAlchemy's ArgumentError was a
+    traceback, exit 1, from every command."""
+    result = CliRunner().invoke(app, [*command, "--db", "sqlite://audit.db"])
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        "error: --db: 'sqlite://audit.db' names a host ('audit.db'), which a SQLite URL "
+        "cannot have; fix: sqlite:///FILE (three slashes; four for an absolute path) or a "
+        "bare file path\n"
+    )
+
+
 def test_a_bad_slaguard_db_is_named_as_the_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

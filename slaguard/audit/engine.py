@@ -66,6 +66,13 @@ def resolve_db_url(value: str | None, option: str = "--db") -> URL:
             f"{option}: backend {url.get_backend_name()!r} is not supported; use sqlite or "
             "postgresql+psycopg"
         )
+    if url.get_backend_name() == "sqlite" and url.host:
+        # `sqlite://audit.db` reads the file name as a host; SQLAlchemy refuses it later
+        raise DatabaseUrlError(
+            f"{option}: {shown_url(url)!r} names a host ({url.host!r}), which a SQLite URL "
+            "cannot have; fix: sqlite:///FILE (three slashes; four for an absolute path) or "
+            "a bare file path"
+        )
     if url.drivername == "postgresql":
         url = url.set(drivername="postgresql+psycopg")
     if url.drivername not in {"sqlite", "postgresql+psycopg"}:
