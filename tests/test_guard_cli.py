@@ -314,3 +314,34 @@ def test_a_reason_of_several_words_starting_with_dashes_is_text(audit_engine: En
     assert result.exit_code == 0, result.output
     stored = GuardStore(audit_engine).load(time.time())
     assert stored.mode.label == "round_robin" and stored.reason == "--force was needed"
+
+
+def test_status_names_the_database_it_read_and_where_that_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stray `./slaguard.db` with `$SLAGUARD_DB` unset: `status` read it without a word."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SLAGUARD_DB", raising=False)
+    ok("db", "upgrade", "--db", "slaguard.db")
+    absolute = f"sqlite:///{tmp_path / 'slaguard.db'}"
+    said = {
+        "default": f"database:     {absolute} (the default ./slaguard.db: no --db, "
+        "$SLAGUARD_DB unset)",
+        "--db": f"database:     {absolute} (from --db)",
+        "$SLAGUARD_DB": f"database:     {absolute} (from $SLAGUARD_DB)",
+    }
+    assert said["default"] in ok("status").splitlines()
+    assert json.loads(ok("status", "--json"))["database"] == {"url": absolute, "from": "default"}
+    assert said["--db"] in ok("status", "--db", "slaguard.db").splitlines()
+    monkeypatch.setenv("SLAGUARD_DB", "slaguard.db")
+    assert said["$SLAGUARD_DB"] in ok("status").splitlines()
+    assert json.loads(ok("status", "--json"))["database"] == {
+        "url": absolute, "from": "$SLAGUARD_DB",
+    }  # fmt: skip
+
+
+def test_status_names_a_postgres_database_without_its_password(pg_audit_engine: Engine) -> None:
+    url = pg_audit_engine.url.set(password="s3cret")
+    text = ok("status", "--db", url.render_as_string(hide_password=False))
+    assert f"database:     {url.render_as_string(hide_password=True)} (from --db)" in text
+    assert "s3cret" not in text

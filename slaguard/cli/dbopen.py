@@ -65,6 +65,14 @@ def connect(
     return engine
 
 
+def db_origin(db: str | None) -> str:
+    """Where a command's database came from: `--db`, `$SLAGUARD_DB`, or `default` (the
+    file `slaguard.db` in the working directory, which a stray copy there answers for)."""
+    if db:
+        return "--db"
+    return f"${DB_ENV_VAR}" if os.environ.get(DB_ENV_VAR) else "default"
+
+
 SERVICE_DB = "the database `slaguard serve` uses (its --db, `db:` or $SLAGUARD_SERVE_DB)"
 
 

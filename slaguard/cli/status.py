@@ -16,9 +16,15 @@ import typer
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from slaguard.audit.engine import error_line
+from slaguard.audit.engine import (
+    DB_ENV_VAR,
+    DEFAULT_SQLITE_FILE,
+    error_line,
+    operator_url,
+    shown_url,
+)
 from slaguard.audit.timeargs import parse_duration
-from slaguard.cli.dbopen import DbOption, open_audit_db
+from slaguard.cli.dbopen import DbOption, db_origin, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.cli.mode import GUARD_STATEMENT_TIMEOUT_S
 from slaguard.guard.leader import current_leader
@@ -74,8 +80,10 @@ def status(
     except SQLAlchemyError as exc:
         fail(f"database query failed: {error_line(exc)}")
     leader = _leader(engine)
+    database = {"url": shown_url(operator_url(engine.url)), "from": db_origin(db)}
     if as_json:
         payload = {
+            "database": database,
             "mode": st.mode.label, "since_s": st.since_s, "reason": st.reason,
             "actor": st.actor, "version": st.version,
             "entered_by": None if st.entered_by is None else st.entered_by.value,
@@ -91,6 +99,7 @@ def status(
     kind = "" if st.entered_by is None else f" ({st.entered_by.value})"
     plan = _plan_line(st.mode.kind, st.auto_advance, st.entered_by)
     lines = [
+        f"database:     {database['url']} ({_origin_said(database['from'])})",
         f"fleet mode:   {st.mode.label} since {_utc(st.since_s)} ({_ago(now_s - st.since_s)} ago)",
         f"why:          {st.reason}{kind}",
         f"who:          {st.actor} (version {st.version})",
@@ -116,6 +125,13 @@ def status(
     lines.append(f"  {arms.verdict}")
     # reasons, actors and subjects are data: one line each, their control characters inert
     typer.echo("\n".join(visible(line) for line in lines))
+
+
+def _origin_said(origin: str) -> str:
+    """Why this database: a stray `./slaguard.db` answered for an unset `$SLAGUARD_DB`."""
+    if origin == "default":
+        return f"the default ./{DEFAULT_SQLITE_FILE}: no --db, ${DB_ENV_VAR} unset"
+    return f"from {origin}"
 
 
 def _finite(ratio: float | None) -> float | None:
