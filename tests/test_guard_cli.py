@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,9 @@ def test_trip_then_status_incidents_and_a_resume_that_resolves(audit_engine: Eng
     assert status["plan_advances"] is False and status["switches_last_hour"] == 2
     assert status["learned_vs_round_robin"] == pytest.approx(12.0)
     assert [a["sla_violations"] for a in status["arms"]] == [24, 2]
+    assert status["leader"] is None and status["leader_error"] is None  # not a sentence
+    since = datetime.fromtimestamp(status["since_s"], UTC).isoformat(timespec="microseconds")
+    assert status["since"] == since and since.endswith("+00:00")
     (open_one,) = json.loads(ok("incidents", "--open", *db, "-f", "json"))
     assert (open_one["detector"], open_one["messages_waiting"]) == ("rollout_compare", 1)
     assert status["open_incidents"] == [open_one]  # one JSON form of an incident everywhere
@@ -175,6 +179,8 @@ def test_status_names_the_current_leader(audit_engine: Engine) -> None:
     try:
         assert lease.poll()
         assert "guard leader: host-a:4242" in ok("status", "--db", url_of(audit_engine))
+        leader = json.loads(ok("status", "--db", url_of(audit_engine), "--json"))["leader"]
+        assert leader == "host-a:4242"
     finally:
         lease.close()
 

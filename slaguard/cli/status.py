@@ -35,12 +35,13 @@ from slaguard.plaintext import visible
 from slaguard.scheduler.rollout import ModeKind
 
 
+def _iso(at: datetime) -> str:
+    """A JSON time as every other command writes it: ISO 8601 to the microsecond."""
+    return at.isoformat(timespec="microseconds")
+
+
 def _iso_times(row: dict[str, Any]) -> dict[str, Any]:
-    """JSON times as every other command writes them: ISO 8601 to the microsecond."""
-    return {
-        k: v.isoformat(timespec="microseconds") if isinstance(v, datetime) else v
-        for k, v in row.items()
-    }
+    return {k: _iso(v) if isinstance(v, datetime) else v for k, v in row.items()}
 
 
 def _utc(seconds: float) -> str:
@@ -53,11 +54,19 @@ def _ago(seconds: float) -> str:
     return f"{h}h{rest // 60:02d}m" if h else f"{rest // 60}m{rest % 60:02d}s"
 
 
-def _leader(engine: Engine) -> str:
+def _leader(engine: Engine) -> tuple[str | None, str | None]:
+    """The leader's id (None: no guard replica is running) and, when it could not be
+    read, the error's type instead."""
     try:
-        return current_leader(engine.url) or "none (no guard replica is running)"
+        return current_leader(engine.url), None
     except Exception as exc:
-        return f"unknown ({type(exc).__name__})"
+        return None, type(exc).__name__
+
+
+def _leader_said(leader: str | None, error: str | None) -> str:
+    if error is not None:
+        return f"unknown ({error})"
+    return leader or "none (no guard replica is running)"
 
 
 def status(
@@ -79,16 +88,19 @@ def status(
         arms = arm_sla(engine, now - span, now)
     except SQLAlchemyError as exc:
         fail(f"database query failed: {error_line(exc)}")
-    leader = _leader(engine)
+    leader, leader_error = _leader(engine)
     database = {"url": shown_url(operator_url(engine.url)), "from": db_origin(db)}
     if as_json:
         payload = {
             "database": database,
-            "mode": st.mode.label, "since_s": st.since_s, "reason": st.reason,
+            "mode": st.mode.label, "since_s": st.since_s,
+            "since": _iso(datetime.fromtimestamp(st.since_s, UTC)),
+            "reason": st.reason,
             "actor": st.actor, "version": st.version,
             "entered_by": None if st.entered_by is None else st.entered_by.value,
             "plan_advances": st.auto_advance,
             "switches_last_hour": st.switches_within_hour(now_s), "leader": leader,
+            "leader_error": leader_error,
             "open_incidents": [_iso_times(inc) for inc in incidents],
             "arms": arms.arms,
             "window_s": span.total_seconds(), "learned_vs_round_robin": _finite(arms.ratio),
@@ -105,7 +117,7 @@ def status(
         f"who:          {st.actor} (version {st.version})",
         f"plan:         {plan}",
         f"switches:     {_switches(st.switches_within_hour(now_s))} in the last hour",
-        f"guard leader: {leader}",
+        f"guard leader: {_leader_said(leader, leader_error)}",
         f"incidents:    {len(incidents)} open",
     ]
     for inc in incidents:
