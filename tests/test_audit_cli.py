@@ -213,10 +213,17 @@ def test_prune_with_relative_retention(old_db: tuple[str, int]) -> None:
 
 
 def test_bad_input_gets_one_line_and_exit_2(db: str, tmp_path: Path) -> None:
-    assert "no decision with request id 'nope'" in one_line_error(
-        "audit", "explain", "nope", "--db", db
+    assert (
+        "no decision with request id 'nope'; fix: `slaguard audit decisions --since -1h` "
+        "lists request ids (an earlier --since for older ones)"
+        in one_line_error("audit", "explain", "nope", "--db", db)
     )
-    assert "no incident with id 42" in one_line_error("audit", "incident", "42", "--db", db)
+    ids = [i["id"] for i in json.loads(ok("incidents", "--db", db, "-f", "json"))]
+    assert ids, "the fixture's run stores incidents"
+    assert (
+        f"no incident with id 42; fix: `slaguard incidents` lists the ids (this database "
+        f"holds ids {min(ids)}-{max(ids)})\n"
+    ) in one_line_error("audit", "incident", "42", "--db", db)
     huge = str(2**63)  # SQLite's driver raised OverflowError, PostgreSQL 'integer out of range'
     assert f"no incident with id {huge}" in one_line_error("audit", "incident", huge, "--db", db)
     assert "--db: cannot read 'postgresql+psycopg://u@127.0.0.1:notaport/x' as a database" in (
@@ -231,6 +238,9 @@ def test_bad_input_gets_one_line_and_exit_2(db: str, tmp_path: Path) -> None:
     assert "is not before --until" in one_line_error(
         "audit", "summary", "--db", db, "--since", "-1h", "--until", "-2h"
     )
+    equal = one_line_error("history", "--db", db, "--since", "now")
+    assert "--since 'now' and --until 'now' are the same time (" in equal
+    assert equal.endswith("); widen the range\n") and "swap" not in equal
     assert "--older-than: cannot read '30 days ago'" in one_line_error(
         "audit", "prune", "--older-than", "30 days ago", "--db", db
     )

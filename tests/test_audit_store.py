@@ -80,6 +80,8 @@ def test_replicas_racing_to_roll_back_produce_one_switch(audit_engine: Engine) -
 
 
 def test_incident_lifecycle(audit_engine: Engine) -> None:
+    with pytest.raises(UnknownIncidentError, match=r"holds none\)$"):
+        get_incident(audit_engine, 1)
     iid = open_incident(
         audit_engine, IncidentRecord(T0, "hot_spot", "ticket", "prefix 9f3a", {"share": 0.31})
     )
@@ -95,7 +97,7 @@ def test_incident_lifecycle(audit_engine: Engine) -> None:
     assert open_incidents(audit_engine) == []
     with pytest.raises(UnknownIncidentError, match="no incident with id 999"):
         resolve_incident(audit_engine, 999, T0)
-    with pytest.raises(UnknownIncidentError):
+    with pytest.raises(UnknownIncidentError, match=rf"ids {iid}-{iid}\)$"):
         get_incident(audit_engine, 999)
 
 

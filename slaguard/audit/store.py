@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Insert, insert, select, update
+from sqlalchemy import Connection, Engine, Insert, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -209,12 +209,15 @@ def _to_stored(row: Incident) -> StoredIncident:
 def get_incident(engine: Engine, incident_id: int) -> StoredIncident:
     """One incident by id, or UnknownIncidentError (also for an id no INTEGER column can
     hold, which SQLite's driver and PostgreSQL would refuse with errors of their own)."""
-    if not 1 <= incident_id <= _MAX_INCIDENT_ID:
-        raise UnknownIncidentError(f"no incident with id {incident_id}")
     with Session(engine) as session:
-        row = session.get(Incident, incident_id)
+        row = session.get(Incident, incident_id) if 1 <= incident_id <= _MAX_INCIDENT_ID else None
         if row is None:
-            raise UnknownIncidentError(f"no incident with id {incident_id}")
+            low, high = session.execute(select(func.min(Incident.id), func.max(Incident.id))).one()
+            held = "none" if low is None else f"ids {low}-{high}"
+            raise UnknownIncidentError(
+                f"no incident with id {incident_id}; fix: `slaguard incidents` lists the ids "
+                f"(this database holds {held})"
+            )
         return _to_stored(row)
 
 

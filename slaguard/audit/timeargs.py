@@ -107,7 +107,12 @@ def parse_range(since: str, until: str, now: datetime) -> tuple[datetime, dateti
     """(since, until), refusing an empty or inverted range."""
     start = parse_time(since, "--since", now)
     end = parse_time(until, "--until", now)
-    if end <= start:
+    if end == start:
+        raise ValueError(
+            f"--since {since!r} and --until {until!r} are the same time "
+            f"({start.isoformat()}); widen the range"
+        )
+    if end < start:
         raise ValueError(
             f"--since {since!r} ({start.isoformat()}) is not before --until {until!r} "
             f"({end.isoformat()}); swap them or widen the range"

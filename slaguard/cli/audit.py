@@ -29,7 +29,7 @@ from slaguard.audit.incident_timeline import (
 )
 from slaguard.audit.records import POLICY_ARMS
 from slaguard.audit.render import emit_explanation, emit_frame, emit_timeline
-from slaguard.audit.service import UnknownRequestError
+from slaguard.audit.service import DecisionExplanation, UnknownRequestError
 from slaguard.audit.store import UnknownIncidentError
 from slaguard.audit.timeargs import TIME_HELP, parse_duration, parse_range, span_title
 from slaguard.cli.dbopen import DbOption, open_audit_db
@@ -193,9 +193,20 @@ def explain_command(
     weights version, fleet mode, and how the request turned out."""
     check_output(fmt, output)
     engine = open_audit_db(db)
-    found = _answer(lambda: service.explain(engine, request_id))
+    found = _answer(lambda: _explained(engine, request_id))
     with writing(output):
         emit_explanation(found, fmt, output)
+
+
+def _explained(engine: Engine, request_id: str) -> DecisionExplanation:
+    """The explanation, or an unknown id with the command that lists the known ones."""
+    try:
+        return service.explain(engine, request_id)
+    except UnknownRequestError as exc:
+        raise UnknownRequestError(
+            f"{exc.args[0]}; fix: `slaguard audit decisions --since -1h` lists request ids "
+            "(an earlier --since for older ones)"
+        ) from None
 
 
 @app.command("summary")
