@@ -207,11 +207,21 @@ def test_bad_input_is_one_line_and_exit_2(audit_engine: Engine, tmp_path: Path) 
     assert "--window" in one_line_error("status", "--window", "-5", *db)
     empty = tmp_path / "empty.db"
     sqlite3.connect(empty).execute("CREATE TABLE unrelated (x)").connection.close()
-    for command in (["status"], ["rollback", "--reason", "x"], ["resume"], ["history"]):
-        assert "has no slaguard schema; run `slaguard db upgrade" in one_line_error(
-            *command, "--db", str(empty)
+    for command in (["status"], ["rollback", "--reason", "x"], ["resume"], ["history"],
+                    ["incidents"], ["audit", "summary"]):  # fmt: skip
+        assert one_line_error(*command, "--db", str(empty)) == (
+            f"error: database sqlite:///{empty} has no slaguard schema; fix: pass as --db the "
+            "database `slaguard serve` uses (its --db, `db:` or $SLAGUARD_SERVE_DB); only for "
+            f"a new, empty one run `slaguard db upgrade --db sqlite:///{empty}`\n"
         )
     assert "does not exist" in one_line_error("status", "--db", str(tmp_path / "nope.db"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with pytest.MonkeyPatch.context() as mp:  # a relative file, run from another directory
+        mp.chdir(elsewhere)
+        assert one_line_error("status", "--db", "sqlite:///sub/x.db").startswith(
+            f"error: --db: SQLite file {elsewhere / 'sub' / 'x.db'} does not exist; fix: "
+        )
     unreachable = "postgresql+psycopg://postgres@127.0.0.1:1/x"
     assert "cannot reach database" in one_line_error("rollback", "--reason", "x", "--db",
                                                      unreachable)  # fmt: skip

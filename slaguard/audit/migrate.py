@@ -22,7 +22,12 @@ MIGRATIONS_ENV_VAR = "SLAGUARD_MIGRATIONS"
 
 
 class SchemaNotCurrentError(RuntimeError):
-    """The database schema is missing, behind, or at a revision this slaguard does not know."""
+    """The database schema is missing, behind, or at a revision this slaguard does not know;
+    `missing`: no slaguard schema at all (a new database, or the wrong one)."""
+
+    def __init__(self, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 def migrations_dir() -> Path:
@@ -120,7 +125,8 @@ def require_current_schema(engine: Engine) -> None:
     _refuse_unknown(engine, current)
     if current is None:
         raise SchemaNotCurrentError(
-            f"database {url} has no slaguard schema; run `slaguard db upgrade --db {url}`"
+            f"database {url} has no slaguard schema; run `slaguard db upgrade --db {url}`",
+            missing=True,
         )
     raise SchemaNotCurrentError(
         f"database {url} is at schema revision {current}, this slaguard needs {head}; "

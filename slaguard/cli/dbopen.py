@@ -20,6 +20,7 @@ from slaguard.audit.engine import (
     create_audit_engine,
     db_url_source,
     error_line,
+    operator_url,
     resolve_db_url,
     shown_url,
     sqlite_path,
@@ -86,9 +87,9 @@ def _missing_file(path: Path, option: str, *, defaulted: bool) -> str:
             f"file {path} is not in {Path.cwd()}; fix: pass --db or set {DB_ENV_VAR} to "
             f"{SERVICE_DB}"
         )
-    give = f"set {option} to" if option.startswith("$") else f"pass as {option}"
+    path = path.absolute()  # a relative file was looked for in the working directory
     return (
-        f"{option}: SQLite file {path} does not exist; fix: {give} {SERVICE_DB}; "
+        f"{option}: SQLite file {path} does not exist; fix: {_give(option)} {SERVICE_DB}; "
         f"only for a new, empty one run `slaguard db upgrade --db {path}`"
     )
 
@@ -117,5 +118,19 @@ def open_audit_db(db: str | None, *, statement_timeout_s: float | None = None) -
         try:
             require_current_schema(engine)
         except SchemaNotCurrentError as exc:
-            fail(str(exc))
+            fail(_no_schema(engine.url, db_url_source(db, "--db")) if exc.missing else str(exc))
     return engine
+
+
+def _no_schema(url: URL, option: str) -> str:
+    """An empty database, or one of another application's, is almost always the wrong one
+    for a command on an existing fleet: `db upgrade` is right only for a new one."""
+    shown = shown_url(operator_url(url))
+    return (
+        f"database {shown} has no slaguard schema; fix: {_give(option)} {SERVICE_DB}; only "
+        f"for a new, empty one run `slaguard db upgrade --db {shown}`"
+    )
+
+
+def _give(option: str) -> str:
+    return f"set {option} to" if option.startswith("$") else f"pass as {option}"
