@@ -85,7 +85,7 @@ def test_guard_commands_show_the_text_as_written(db: str) -> None:
     assert f"│ ops   │ {visible(REASON)} " in history
     incidents = shown("incidents", "--db", db)
     assert f"│ {visible(PREFIX)} │" in incidents
-    status = shown("status", "--db", db).splitlines()
+    status = shown("status", "--db", db).splitlines()[1:]  # after the database line
     assert status[1] == f"why:          {visible(REASON)} (manual_rollback)"
     assert status[2] == "who:          ops (version 4)"  # after the run's three switches
     assert status[7].startswith(f"  #1 ttft_zscore on {visible(PREFIX)} (page), opened ")
