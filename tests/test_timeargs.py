@@ -55,7 +55,9 @@ def test_minus_zero_is_now(db: str) -> None:
     assert parse_time("-0h", "--until", now) == now
     assert parse_time("-0m0s", "--until", now) == now
     # --since -0h is now, so the range is empty: said as such, not "cannot read"
-    assert "--since '-0h' (" in one_line_error("audit", "decisions", "--since", "-0h", "--db", db)
+    assert "--since '-0h' and --until 'now' are the same time (" in one_line_error(
+        "audit", "decisions", "--since", "-0h", "--db", db
+    )
     assert "'0h' is a duration, not a time; for 0h before now write -0h" in one_line_error(
         "audit", "decisions", "--since", "0h", "--db", db
     )
