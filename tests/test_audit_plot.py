@@ -24,7 +24,7 @@ from test_audit_cli import ok
 
 from slaguard.audit import plot, service
 from slaguard.audit.engine import create_audit_engine
-from slaguard.audit.incident_timeline import incident_timeline
+from slaguard.audit.incident_timeline import IncidentTimeline, incident_timeline
 from slaguard.audit.migrate import upgrade
 from slaguard.audit.plot import incident_figure
 from slaguard.audit.records import ModeChangeRecord
@@ -54,8 +54,8 @@ def short_run(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp / "short.db")
 
 
-@pytest.fixture
-def figure(short_run: str) -> Iterator[tuple[Figure, pd.DataFrame]]:
+def draw_incident(short_run: str) -> tuple[Figure, pd.DataFrame, IncidentTimeline]:
+    """Incident 1 of the short run as `audit incident --plot` draws it, an hour on."""
     engine = create_audit_engine(f"sqlite:///{short_run}")
     now = datetime.fromtimestamp(START_S + 3600, UTC)
     timeline = incident_timeline(engine, 1, now=now)
@@ -63,6 +63,12 @@ def figure(short_run: str) -> Iterator[tuple[Figure, pd.DataFrame]]:
     engine.dispose()
     fig = incident_figure(timeline, series, now)
     fig.canvas.draw()
+    return fig, series, timeline
+
+
+@pytest.fixture
+def figure(short_run: str) -> Iterator[tuple[Figure, pd.DataFrame]]:
+    fig, series, _ = draw_incident(short_run)
     yield fig, series
     plt.close(fig)
 
@@ -104,12 +110,7 @@ def test_each_minute_is_drawn_over_the_minute_it_covers(short_run: str) -> None:
     """Each minute's p99 was one point at the minute's start: an incident opening at
     :38 with its traffic in that minute showed no TTFT inside its shaded span, and the
     minute's traffic sat left of the switches that shaped it."""
-    engine = create_audit_engine(f"sqlite:///{short_run}")
-    now = datetime.fromtimestamp(START_S + 3600, UTC)
-    timeline = incident_timeline(engine, 1, now=now)
-    series = service.ttft_p99_series(engine, *timeline.window)
-    engine.dispose()
-    fig = incident_figure(timeline, series, now)
+    fig, series, timeline = draw_incident(short_run)
     try:
         opened = timeline.phases["during"][0]
         minute = series.loc[pd.Timestamp(opened).floor("1min")]
