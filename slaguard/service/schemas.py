@@ -9,13 +9,12 @@ run time.
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
-from slaguard.plaintext import MAX_ACTOR, visible
+from slaguard.plaintext import MAX_ACTOR, first_control, visible
 
 MAX_TOKENS = 10_000_000
 ID_PATTERN = r"^[\x21-\x7e]{1,128}$"
@@ -50,14 +49,14 @@ def _no_control_characters(value: str) -> str:
     """A prefix is a hot-spot trip's subject and evidence: one with a NUL was routed, then
     its trip was refused by PostgreSQL (text cannot hold NUL) at every retry, and a tab or
     newline forged lines in the incident's messages."""
-    for at, char in enumerate(value):
-        if unicodedata.category(char) == "Cc":
-            raise PydanticCustomError(
-                "control_character",
-                "contains a control character ({char} at position {at}); "
-                "fix: send it as printable text on one line",
-                {"char": visible(char), "at": at},
-            )
+    at = first_control(value)
+    if at is not None:
+        raise PydanticCustomError(
+            "control_character",
+            "contains a control character ({char} at position {at}); "
+            "fix: send it as printable text on one line",
+            {"char": visible(value[at]), "at": at},
+        )
     return value
 
 
