@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 from test_engine_support import AZURE_FIXTURE, MOONCAKE_FIXTURE, SimRun, run_sim
+from test_traces import require_full
 
 from slaguard.fleet import Fleet, load_fleet
 from slaguard.scheduler.rollout import RolloutPlan
@@ -99,23 +97,14 @@ def test_mooncake_prefix_reuse_lowers_ttft(fleet: Fleet) -> None:
     assert with_prefix.report["sla"]["violation_rate"] < stripped.report["sla"]["violation_rate"]
 
 
-def _require_full(path: Path) -> Path:
-    """Full shared data: required in CI, optional on a laptop."""
-    if path.exists():
-        return path
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{path} is missing in CI (expected at ../shared/data)")
-    pytest.skip(f"{path} not present")
-
-
 def test_first_five_minutes_of_both_full_traces(fleet: Fleet) -> None:
     """The one test on the full files (a few seconds); the whole hours run in bench/."""
-    azure = load_trace(_require_full(paths.default_trace_path())).between(0.0, 300.0)
+    azure = load_trace(require_full(paths.default_trace_path())).between(0.0, 300.0)
     run = run_sim(azure, fleet, "learned")
     assert len(azure) == 1445
     _check_complete(run, azure)
     assert run.report["sla"]["violation_rate"] < 0.01
-    mooncake = load_trace(_require_full(paths.mooncake_trace_path())).between(0.0, 300.0)
+    mooncake = load_trace(require_full(paths.mooncake_trace_path())).between(0.0, 300.0)
     run = run_sim(mooncake, fleet, "learned")
     requests = run.report["requests"]
     assert requests["total"] == len(mooncake) == 918
