@@ -40,8 +40,8 @@ T = TypeVar("T")
 
 
 def written_out(value: T) -> T:
-    """`value` (an event, its verdicts, evidence, reason ...) with each NUL in its texts
-    written out as `\\x00`, as `service/admin.py` does for an Alertmanager alert."""
+    """`value` (an event, its verdicts, evidence, reason ..., an Alertmanager alert's
+    labels) with each NUL in its texts written out as `\\x00`."""
     found: object = value
     if isinstance(value, Enum):
         return value

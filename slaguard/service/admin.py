@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from pydantic import BaseModel, ValidationError
 
+from slaguard.guard.writes import NUL, written_out
 from slaguard.plaintext import actor_problem
 from slaguard.service.hotpath import json_body, validation_message
 from slaguard.service.modes import FiringAlert, ModeUnavailableError
@@ -34,7 +35,6 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 _Body = TypeVar("_Body", bound=BaseModel)
 _T = TypeVar("_T")
-NUL = "\x00"
 """The one character PostgreSQL text cannot hold (SQLite can: refused on both alike)."""
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse},
@@ -113,13 +113,6 @@ async def mode(request: Request) -> ModeResponse:
     )
 
 
-def _nul_written_out(texts: dict[str, str]) -> dict[str, str]:
-    """An alert's labels or annotations storable in PostgreSQL (its text cannot hold NUL):
-    each NUL written out as `\\x00`. Refusing the alert would stop a critical rollback,
-    and a 503 has Alertmanager retry it for ever."""
-    return {k.replace(NUL, "\\x00"): v.replace(NUL, "\\x00") for k, v in texts.items()}
-
-
 def _unix_or_none(moment: str | None) -> float | None:
     """Alertmanager's RFC 3339 time (nanoseconds cut to micro); None if absent or odd."""
     if not moment:
@@ -153,7 +146,9 @@ async def alertmanager(request: Request) -> AlertmanagerResponse:
     wanted = set(rt.config.alertmanager.rollback_alerts)
     severities = set(rt.config.alertmanager.rollback_severities)
     for a in body.alerts:
-        a.labels, a.annotations = _nul_written_out(a.labels), _nul_written_out(a.annotations)
+        # storable in PostgreSQL (its text cannot hold NUL): refusing the alert would stop a
+        # critical rollback, and a 503 has Alertmanager retry it for ever
+        a.labels, a.annotations = written_out(a.labels), written_out(a.annotations)
     firing = [
         FiringAlert(
             alertname=a.labels.get("alertname", ""),
