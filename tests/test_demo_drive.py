@@ -48,7 +48,8 @@ def test_each_fault_lands_at_its_planned_second(tmp_path: Path) -> None:
         stack = Stack(tmp_path, emulators={SLOWED: server.url}, service_url=server.url)
         began = time.monotonic()
         asyncio.run(drive(stack, plan, Console(file=out, width=200)))
-    assert len(slowdowns) == 1 and 1.0 <= slowdowns[0] - began < 1.5
+    # planned at 1 s; checked at the 5 s status lines it came at 5 s or never (2.5: a loaded box)
+    assert len(slowdowns) == 1 and 1.0 <= slowdowns[0] - began < 2.5
     faults = [line for line in out.getvalue().splitlines() if "FAULT" in line]
     assert [re.sub(r"\s+", " ", line).strip() for line in faults] == [
         f"1s FAULT {SLOWED} slowed down 5x",

@@ -11,6 +11,7 @@ from slaguard.scheduler.config import SchedulerConfig
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.explain import Outcome, Reason
 from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN, Arm, FleetMode
+from slaguard.scheduler.router import DEMOTED_FALLBACK_NOTE
 
 
 @pytest.fixture()
@@ -91,6 +92,31 @@ def test_jitter_term_and_demotion(sched: Scheduler) -> None:
         )
     d = sched.decide(req(priority=Priority.LOW), 0.0, LEARNED)
     assert t.id not in {x for x, _ in d.explanation.rejected()}  # demoted, never removed
+
+
+@pytest.mark.parametrize("arm", [LEARNED, ROUND_ROBIN])
+def test_demoted_targets_are_the_fallback_never_removed(sched: Scheduler, arm: FleetMode) -> None:
+    """Every target of a model demoted: a high/normal request still goes to one of them (it
+    was degraded to another model, or refused under round-robin, before)."""
+    seventy = [t for t in sched.fleet if t.model.id == "llama3.1-70b"]
+    for t in seventy:
+        sched.state.set_demoted(t.index, True)
+    r = req(model="llama3.1-70b", priority=Priority.NORMAL, deadline=60.0)
+    d = sched.decide(r, 0.0, arm)
+    assert d.outcome is Outcome.ROUTED and d.target in seventy
+    assert d.served_model == "llama3.1-70b" and d.explanation.rejected() == []
+    assert DEMOTED_FALLBACK_NOTE in d.explanation.notes
+    # one target not demoted but over its memory bound: the demoted ones still take it
+    spare = seventy[0]
+    sched.state.set_demoted(spare.index, False)
+    sched.state.refresh(spare.index, 0.0, kv_used_gb=spare.kv_budget_gb)
+    d = sched.decide(r, 0.0, arm)
+    assert d.target in seventy[1:] and DEMOTED_FALLBACK_NOTE in d.explanation.notes
+    # once it has room again it takes the request alone; the demoted ones are rejected
+    sched.state.refresh(spare.index, 0.0, kv_used_gb=0.0)
+    d = sched.decide(r, 0.0, arm)
+    assert d.target == spare and DEMOTED_FALLBACK_NOTE not in d.explanation.notes
+    assert {t for t, _ in d.explanation.rejected()} == {t.id for t in seventy[1:]}
 
 
 def test_stale_picture_is_saturated_not_idle(sched: Scheduler) -> None:

@@ -41,6 +41,8 @@ _MEMORY, _CONTEXT, _UNHEALTHY, _STALE, _DEMOTED = (
     int(Reason.DEMOTED),
 )
 
+DEMOTED_FALLBACK_NOTE = "every target that could take it is demoted: a demoted one took it"
+
 TYPICAL_PROMPT_TOKENS = 1024
 """Prompt size assumed for each queued request in the TTFT estimate."""
 
@@ -95,10 +97,12 @@ class Router:
         group = self.groups.get(key)
         if group is None:
             return self._route_unserved(request, now_s, arm, key)
-        reasons, rows, v_peak = self._eligibility(group, request, now_s)
+        reasons, rows, v_peak, on_demoted = self._eligibility(group, request, now_s)
         eligible = reasons == 0
         if arm is Arm.ROUND_ROBIN:
             expl = self._explanation(group, arm, reasons, rows, v_peak, None, None)
+            if on_demoted:
+                expl.notes.append(DEMOTED_FALLBACK_NOTE)
             if not eligible.any():
                 expl.notes.append("no eligible target")
                 return Decision(
@@ -106,7 +110,10 @@ class Router:
                 )
             pos = self.round_robin.choose(key, eligible)
             return self._decide(request, arm, Outcome.ROUTED, group, pos, expl, eligible)
-        return self._route_learned(request, now_s, group, reasons, rows, v_peak)
+        decision = self._route_learned(request, now_s, group, reasons, rows, v_peak)
+        if on_demoted:
+            decision.explanation.notes.append(DEMOTED_FALLBACK_NOTE)
+        return decision
 
     def _route_learned(
         self,
@@ -195,7 +202,7 @@ class Router:
         if variant is None or (variant, request.priority) not in self.groups:
             return None
         group = self.groups[(variant, request.priority)]
-        reasons, rows, v_peak = self._eligibility(group, request, now_s)
+        reasons, rows, v_peak, _ = self._eligibility(group, request, now_s)
         ok = reasons == Reason.ELIGIBLE
         if not ok.any():
             return None
@@ -219,7 +226,9 @@ class Router:
 
     def _eligibility(
         self, group: CandidateGroup, request: Request, now_s: float
-    ) -> tuple[np.ndarray, np.ndarray, float]:
+    ) -> tuple[np.ndarray, np.ndarray, float, bool]:
+        """Per candidate its reason (0: eligible), the fleet-picture rows, v_peak, and
+        whether only demoted targets are left eligible (they take the request then)."""
         rows = self.state.rows[group.indices]
         tokens = request.prompt_tokens + request.max_new_tokens
         v_peak = group.kv_bytes_per_token * tokens / 1e9
@@ -228,12 +237,20 @@ class Router:
         stale_after = self.cfg.router.stale_after_s
         if stale_after is not None:
             reasons[now_s - rows[:, REFRESHED_AT] > stale_after] = _STALE
-        if request.priority is not Priority.LOW:
-            reasons[rows[:, DEMOTED] > 0] = _DEMOTED
         reasons[rows[:, HEALTHY] == 0] = _UNHEALTHY
         if tokens > group.min_context:
             reasons[tokens > group.context_window] = _CONTEXT
-        return reasons, rows, v_peak
+        if request.priority is not Priority.LOW:
+            demoted = rows[:, DEMOTED] > 0
+            if demoted.any():
+                # a demoted target is the fallback, never removed: it keeps its place
+                # while no other target of the group could take the request
+                movable = demoted & (reasons != _UNHEALTHY) & (reasons != _CONTEXT)
+                if ((reasons == 0) & ~demoted).any():
+                    reasons[movable] = _DEMOTED
+                elif (reasons[movable] == 0).any():
+                    return reasons, rows, v_peak, True
+        return reasons, rows, v_peak, False
 
     def _score(
         self, group: CandidateGroup, request: Request, rows: np.ndarray, v_peak: float
