@@ -19,6 +19,7 @@ from sqlalchemy import Engine, select, update
 from test_guard_store import insert_arm_rows, start_rollout, trip, tripping_guard
 from typer.testing import CliRunner
 
+from slaguard.audit.engine import operator_url, shown_url
 from slaguard.audit.models import Decision, ModeChange, Outcome
 from slaguard.cli.main import app
 from slaguard.guard import modes
@@ -45,7 +46,9 @@ def change(engine: Engine, *args: str) -> str:
     """A mode command: exactly one line out."""
     out = ok(*args, "--db", url_of(engine))
     assert out.count("\n") == 1, out
-    return out.strip()
+    where = f"; database {shown_url(operator_url(engine.url))}"
+    assert out.strip().endswith(where), out
+    return out.strip().removesuffix(where)
 
 
 def one_line_error(*args: str) -> str:
@@ -240,7 +243,10 @@ def test_the_installed_command_acts_on_the_database(pg_audit_engine: Engine) -> 
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "rollout 'rollout(10)' aborted: fleet on round_robin by ops (drill)\n"
+    assert done.stdout == (
+        "rollout 'rollout(10)' aborted: fleet on round_robin by ops (drill); database "
+        f"{shown_url(pg_audit_engine.url)}\n"
+    )
     assert GuardStore(pg_audit_engine).load(time.time()).mode.label == "round_robin"
 
 

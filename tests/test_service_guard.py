@@ -185,7 +185,7 @@ def test_a_mode_changed_by_the_cli_restarts_the_replicas_baselines(served: Serve
     # 1. the CLI resumes (share 0 -> 10 %); before the mode sync sees it, an operator
     # asks this replica for the same stage: the stored state is adopted, nothing changes
     said = _cli(s, "resume", "--stage", "10", "--reason", "canary")
-    assert said == "fleet resumed at rollout(10) by ci (canary)\n", said
+    assert said == f"fleet resumed at rollout(10) by ci (canary); database sqlite:///{s.db}\n"
     r = s.client.post(
         "/v1/mode",
         json={"action": "resume", "stage_pct": 10, "reason": "canary"},

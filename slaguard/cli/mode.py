@@ -3,7 +3,8 @@
 They act on the audit database, so they work with the service down: a change is a
 compare-and-set on the shared `fleet_state` row that every replica picks up within a
 second; the guard leader sends the incident message it queues. Each change records who
-(`--actor`, default the OS user) and why, prints one line saying what happened, and is
+(`--actor`, default the OS user) and why, prints one line saying what happened and on
+which database, and is
 idempotent (a rollback of a fleet already on round-robin, a resume of one already on a
 rollout stage or learned, says so and exits 0). This module
 imports no pandas: it is what an SRE runs mid-incident, and it starts in well under a second.
@@ -20,7 +21,7 @@ import typer
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from slaguard.audit.engine import error_line, shown_url
+from slaguard.audit.engine import error_line, operator_url, shown_url
 from slaguard.cli.dbopen import DbOption, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.guard.guard import Guard
@@ -80,12 +81,14 @@ def _run(engine: Engine, action: ManualAction, **kwargs: Any) -> ManualOutcome:
         fail(f"database {shown_url(engine.url)}: {error_line(exc)}")
 
 
-def _say(outcome: ManualOutcome) -> None:
+def _say(outcome: ManualOutcome, engine: Engine) -> None:
+    """What happened, and where: mid-incident, a stray `./slaguard.db` answering for an
+    unset `$SLAGUARD_DB` would otherwise look like the production fleet."""
     line = outcome.result.message
     resolved = [e for e in outcome.queued if e.state.value == "resolved"]
     if resolved:
         line += f"; incident {resolved[0].incident_id} resolved (message queued for the guard)"
-    typer.echo(visible(line))
+    typer.echo(visible(f"{line}; database {shown_url(operator_url(engine.url))}"))
 
 
 def rollback(
@@ -101,7 +104,7 @@ def rollback(
     who = _actor(actor)
     engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
     action = ManualAction.HOLD if hold else ManualAction.ROLLBACK
-    _say(_run(engine, action, actor=who, reason=why))
+    _say(_run(engine, action, actor=who, reason=why), engine)
 
 
 def resume(
@@ -131,4 +134,4 @@ def resume(
     engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
     if stage_pct is None:
         stage_pct = query_or_fail(GuardStore(engine).planned_first_stage)
-    _say(_run(engine, ManualAction.RESUME, actor=who, reason=why, stage_pct=stage_pct))
+    _say(_run(engine, ManualAction.RESUME, actor=who, reason=why, stage_pct=stage_pct), engine)
