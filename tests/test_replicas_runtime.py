@@ -153,6 +153,7 @@ def test_a_switch_the_database_refused_is_written_at_the_next_sync(
     try:
         (change,) = run_until_trip(leader, now)
         assert leader.stats.persist_errors == 1 and "locked" in str(leader.stats.last_error)
+        assert leader.stats.last_error_at_s is not None and now <= leader.stats.last_error_at_s
         assert leader.current().label == "round_robin"  # this replica is safe at once
         assert GuardStore(engine).load(now).mode.label == "rollout(50)"
     finally:

@@ -117,6 +117,9 @@ def test_a_journal_that_cannot_be_written_refuses_records_and_routing_goes_on(
         refused = rt.metrics.registry.get_sample_value("slaguard_audit_records_refused_total")
         assert refused == 6 and rt.writer.stats().refused == 6
         assert str(journal.directory) in (rt.writer.stats().last_error or "")
+        failed_at = rt.writer.stats().last_error_at_s
+        assert failed_at is not None and abs(failed_at - time.time()) < 60
+        assert rt.status()["audit"]["last_error_at_s"] == failed_at
         assert len([r for r in caplog.records if "not audited" in r.getMessage()]) == 1
         blocker.rmdir()
         after = rt.decide(route_request(rt, "after"))

@@ -87,6 +87,7 @@ class AuditWriter:
         self._torn = 0
         self._restarts = 0
         self._last_error: str | None = None
+        self._last_error_at_s: float | None = None
         self._closed = False
         self._stopping = threading.Event()
         self._child_lock = threading.Lock()
@@ -137,6 +138,7 @@ class AuditWriter:
             except OSError as exc:
                 self._refused += 1
                 self._last_error = f"audit spill journal in {journal.directory}: {exc}"
+                self._last_error_at_s = time.time()
                 raise JournalWriteError(self._last_error) from exc
             self._backlog += 1
 
@@ -153,6 +155,7 @@ class AuditWriter:
                 torn_records=self._torn,
                 process_restarts=self._restarts,
                 last_error=self._last_error,
+                last_error_at_s=self._last_error_at_s,
             )
 
     @property
@@ -323,6 +326,7 @@ class AuditWriter:
             with self._lock:
                 self._write_errors += 1
                 self._last_error = report.message
+                self._last_error_at_s = time.time()
             level = logging.WARNING if report.first else logging.DEBUG
             log.log(level, "audit writer: batch write failed, will retry: %s", report.message)
             _notify(self._on_write_error, report.message)

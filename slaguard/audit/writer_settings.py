@@ -63,3 +63,5 @@ class WriterStats:
     process_restarts: int
     """Times the writer process died and was started again."""
     last_error: str | None
+    last_error_at_s: float | None = None
+    """When `last_error` happened (wall clock): an error from before a recovery reads as old."""

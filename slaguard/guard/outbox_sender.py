@@ -70,8 +70,8 @@ class OutboxSender:
                 log.error("incident %s message dropped: %s", msg.incident_id, result.detail)
         except SQLAlchemyError as exc:
             self.stats.persist_errors += 1
-            self.stats.last_error = error_line(exc, with_type=True)
-            self._failures.failed(self.stats.last_error, now_s)
+            message = self.stats.note_error(error_line(exc, with_type=True), now_s)
+            self._failures.failed(message, now_s)
         else:
             self._failures.succeeded(now_s)
         return done

@@ -35,3 +35,10 @@ class ReplicaStats:
     """A replica of an earlier version forwards arrivals without their handed work: the
     leader ignores handed work until every replica sends it (a rolling upgrade)."""
     last_error: str | None = None
+    last_error_at_s: float | None = None
+    """When `last_error` happened: a status read after a recovery shows an old error as old."""
+
+    def note_error(self, message: str, at_s: float) -> str:
+        """Keep `message` as the last error, seen at `at_s`; returns it."""
+        self.last_error, self.last_error_at_s = message, at_s
+        return message

@@ -170,9 +170,9 @@ class GuardReplica:
                     self.guard.adopt_state(started, now_s, replacing_unsaved=True)
         except (SQLAlchemyError, FleetStateMissingError) as exc:
             self.stats.sync_errors += 1
-            self.stats.last_error = error_line(exc, with_type=True)
-            self._sync_failures.failed(self.stats.last_error, now_s)
-            report = SyncReport(leader, gained, lost, error=self.stats.last_error)
+            message = self.stats.note_error(error_line(exc, with_type=True), now_s)
+            self._sync_failures.failed(message, now_s)
+            report = SyncReport(leader, gained, lost, error=message)
         else:
             self._sync_failures.succeeded(now_s)
             report = SyncReport(leader, gained, lost, adopted)
@@ -205,8 +205,8 @@ class GuardReplica:
             try:
                 samples += self.feed.poll(now_s)
             except SQLAlchemyError as exc:
-                self.stats.last_error = error_line(exc, with_type=True)
-                self._feed_failures.failed(self.stats.last_error, now_s)
+                message = self.stats.note_error(error_line(exc, with_type=True), now_s)
+                self._feed_failures.failed(message, now_s)
             else:
                 self._feed_failures.succeeded(now_s)
         with self._lock:

@@ -87,7 +87,7 @@ class GuardWrites:
             self._write(guard, batch, now_s)
         except SQLAlchemyError as exc:
             self.stats.persist_errors += 1
-            self.stats.last_error = error_line(exc, with_type=True)
+            self.stats.note_error(error_line(exc, with_type=True), now_s)
             log.error("guard events not stored: %s", self.stats.last_error)
 
     def retry(self, guard: Guard, now_s: float) -> None:
@@ -104,7 +104,7 @@ class GuardWrites:
             except NO_RETRY_MENDS as exc:
                 self.unsaved = None
                 self.stats.persist_errors += 1
-                self.stats.last_error = error_line(exc, with_type=True)
+                self.stats.note_error(error_line(exc, with_type=True), now_s)
                 form = _next_form(batch)
                 if form is None:
                     self._drop(guard, now_s)

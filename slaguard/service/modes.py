@@ -203,6 +203,7 @@ class ReplicaModes:
             "sync_errors": r.stats.sync_errors,
             "persist_errors": r.stats.persist_errors,
             "last_error": r.stats.last_error,
+            "last_error_at_s": r.stats.last_error_at_s,
             "fleet_digest": r.fleet_digest,
             "fleet_matches_leader": r.fleet_matches_leader,
         }

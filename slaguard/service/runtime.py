@@ -343,6 +343,7 @@ class ServiceRuntime:
                 "refused": writer.refused,
                 "unreadable": writer.torn_records,
                 "last_error": writer.last_error,
+                "last_error_at_s": writer.last_error_at_s,
             },
             "stale_after_s": self.config.telemetry.stale_after_s,
             "targets": targets,
