@@ -22,6 +22,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from slaguard.audit.jsonenc import json_encoder
+from slaguard.audit.pg_deadline import connect_with_deadline
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,9 @@ DEFAULT_SQLITE_FILE = "slaguard.db"
 DB_ENV_VAR = "SLAGUARD_DB"
 SQLITE_BUSY_TIMEOUT_S = 1.0
 PG_CONNECT_TIMEOUT_S = 3
+PG_NO_ANSWER_MARGIN_S = 5.0
+"""With a statement timeout, a call with no answer this long after it is given up on the
+client (`pg_deadline`): the server would have cancelled the statement and said so."""
 
 
 class DatabaseUrlError(ValueError):
@@ -218,9 +222,17 @@ def create_audit_engine(url: URL | str, *, statement_timeout_s: float | None = N
     connect_args: dict[str, Any] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
     if statement_timeout_s is not None:
         connect_args["options"] = _options_with_statement_timeout(url, statement_timeout_s)
-    return create_engine(
+    engine = create_engine(
         url,
         connect_args=connect_args,
         pool_pre_ping=True,
         **common,
     )
+    if statement_timeout_s is not None:
+        deadline_s = statement_timeout_s + PG_NO_ANSWER_MARGIN_S
+
+        @event.listens_for(engine, "do_connect")
+        def _connect(dialect: Any, record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+            return connect_with_deadline(deadline_s, *cargs, **cparams)
+
+    return engine

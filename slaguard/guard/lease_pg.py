@@ -9,7 +9,10 @@ take it. The lock dies with the session, so leadership is released when:
   is ended by the server;
 * the leader's host or network vanishes: server-side TCP keepalives on the session
   (2 s idle, 1 s interval, 2 probes) end it after about 4 s.
-A replica that finds its connection gone steps down at its next poll; every write it
+A replica that finds its connection gone steps down at its next poll; one whose query
+gets no answer for `lease_s / 2` (a frozen proxy or pooler, a network dropping packets:
+the server sees an idle session and ends it at `lease_s`) gives up on it then
+(`pg_deadline`) and steps down before another replica can take the lock; every write it
 might still attempt is a compare-and-set on the mode version, so a stale leader can
 never overwrite a newer mode.
 
@@ -28,6 +31,7 @@ import psycopg
 from sqlalchemy.engine import URL
 
 from slaguard.audit.engine import error_line
+from slaguard.audit.pg_deadline import connect_with_deadline
 from slaguard.guard.forward import MAX_BATCH_BYTES
 
 log = logging.getLogger(__name__)
@@ -122,7 +126,8 @@ class PostgresLeaderLease:
             f"-c idle_in_transaction_session_timeout={lease_ms} "
             "-c tcp_keepalives_idle=2 -c tcp_keepalives_interval=1 -c tcp_keepalives_count=2"
         )
-        conn = psycopg.connect(
+        conn = connect_with_deadline(
+            self.lease_s / 2,  # no answer this long: step down before the session expires
             self.conninfo,
             autocommit=True,
             connect_timeout=CONNECT_TIMEOUT_S,
@@ -218,8 +223,8 @@ class PostgresLeaderLease:
 
 def pg_current_leader(url: URL) -> str | None:
     """The replica id of whoever holds the lock now, None when nobody does."""
-    with psycopg.connect(
-        libpq_conninfo(url), autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+    with connect_with_deadline(
+        LEASE_S, libpq_conninfo(url), autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
     ) as conn:
         row = conn.execute(_HOLDER_SQL, (_CLASS_ID, _OBJ_ID)).fetchone()
     return None if row is None else str(row[0]).removeprefix(APPLICATION_PREFIX)
