@@ -63,7 +63,7 @@ def test_each_instance_owns_its_registry_and_leaves_the_default_alone(
 
 def test_names_follow_prometheus_conventions(metrics: SlaguardMetrics) -> None:
     families = list(text_string_to_metric_families(render_snapshot(metrics.registry)))
-    assert len(families) == 39
+    assert len(families) == 42
     for fam in families:
         assert fam.name.startswith("slaguard_"), fam.name
         assert "_ms" not in fam.name and not fam.name.endswith("_created"), fam.name

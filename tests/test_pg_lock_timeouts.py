@@ -35,9 +35,18 @@ def test_a_locked_fleet_state_is_a_counted_sync_error_not_a_silent_wait(
     service = build_test_service(tmp_path, Clock(time.time()), db=url)
     try:
         replica = service.modes.replica
+        metric = service.runtime.metrics.registry.get_sample_value
+        synced_at = time.time()
+        asyncio.run(service.runtime.modes.sync(synced_at))
+        assert metric("slaguard_fleet_mode_synced_timestamp_seconds") == synced_at
+        assert metric("slaguard_guard_sync_errors_total") == 0
+        assert metric("slaguard_guard_leader") == 1  # the only replica, ready
         with pg_connect(pg_audit_engine.url) as locker, locker.transaction():
             locker.execute("LOCK TABLE fleet_state IN ACCESS EXCLUSIVE MODE")
             asyncio.run(service.runtime.modes.sync(time.time()))  # the lock is still held
+            # the job did not fail, so only these say the replica routes on an old mode
+            assert metric("slaguard_guard_sync_errors_total") == 1
+            assert metric("slaguard_fleet_mode_synced_timestamp_seconds") == synced_at
             started = time.monotonic()
             results = [
                 CliRunner().invoke(app, [*command, "--db", url])

@@ -258,6 +258,7 @@ class ReplicaModes:
 
     async def sync(self, now_s: float) -> None:
         report = await self._in_guard_thread(self.replica.sync, now_s)
+        self.metrics.record_mode_sync(at_s=now_s, ok=report.error is None, leader=report.leader)
         if report.gained:
             log.warning("this replica (%s) now leads the guard", self.replica.replica_id)
         if report.lost:

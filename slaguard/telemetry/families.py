@@ -198,6 +198,21 @@ class MetricFamilies:
             "Share of traffic the learned arm routes (0..1).",
             registry=r,
         )
+        self.mode_synced_at = Gauge(
+            "slaguard_fleet_mode_synced_timestamp_seconds",
+            "When this replica last read the shared fleet mode (Unix time; 0: never).",
+            registry=r,
+        )
+        self.guard_sync_errors = Counter(
+            "slaguard_guard_sync_errors_total",
+            "Mode syncs that could not read the shared mode or check leadership.",
+            registry=r,
+        )
+        self.guard_leader = Gauge(
+            "slaguard_guard_leader",
+            "1 while this replica leads the guard (runs detectors, sends Slack), else 0.",
+            registry=r,
+        )
         self.arm_violation_ratio = Gauge(
             "slaguard_rollout_arm_sla_violation_ratio",
             "Smoothed SLA violation ratio per arm, as the rollout comparison sees it.",

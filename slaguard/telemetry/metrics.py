@@ -194,6 +194,14 @@ class SlaguardMetrics(MetricFamilies):
             self.fleet_mode.labels(m).set(1 if m == current else 0)
         self.rollout_stage.set(mode.learned_share)
 
+    def record_mode_sync(self, *, at_s: float, ok: bool, leader: bool) -> None:
+        """One mode sync: when the shared mode was last read, its failures, leadership."""
+        if ok:
+            self.mode_synced_at.set(at_s)
+        else:
+            self.guard_sync_errors.inc()
+        self.guard_leader.set(1 if leader else 0)
+
     def set_arm_violation_ratio(self, arm: str, ratio: float) -> None:
         """The smoothed per-arm SLA violation ratio the rollout comparison acts on."""
         self.arm_violation_ratio.labels(ARMS.clean(arm)).set(ratio)
