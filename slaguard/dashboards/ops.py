@@ -1,4 +1,5 @@
-"""Audit and loops health: scrape, audit writer, scheduler jobs, Slack delivery."""
+"""Audit and loops health: scrape, replicas (guard leader, mode sync), audit writer,
+scheduler jobs, Slack delivery."""
 
 from __future__ import annotations
 
@@ -71,6 +72,39 @@ def build() -> db.Dashboard:
             ],
         ),
     ]
+    replicas = [
+        ts(
+            "Guard leader",
+            "1 on the replica that holds the guard lease (runs the detectors, sends Slack). "
+            "Exactly one should; none for 2 minutes is the leaderless alert.",
+            units.Short,
+            [(gauge("slaguard_guard_leader", "instance"), "{{instance}}")],
+            span=8,
+        ),
+        ts(
+            "Fleet mode read ago",
+            "Seconds since each replica last read the shared fleet mode (every 500 ms when "
+            "healthy). Dashed line: 30 s, the mode-sync alert: past it the replica routes "
+            "on a mode the fleet may have left.",
+            units.Seconds,
+            [
+                (
+                    f"time() - {gauge('slaguard_fleet_mode_synced_timestamp_seconds', 'instance')}",
+                    "{{instance}}",
+                )
+            ],
+            thresholds=[(30, "red")],
+            span=8,
+        ),
+        ts(
+            "Mode sync errors/s",
+            "Mode syncs that could not read the shared mode (database refused, timed out "
+            "or gave no answer); the sync job itself does not fail on these.",
+            units.OpsPerSecond,
+            [(rate("slaguard_guard_sync_errors_total", "instance"), "{{instance}}")],
+            span=8,
+        ),
+    ]
     runs, overruns = rate(_RUNS, "scheduler_job"), rate(_OVERRUNS, "scheduler_job")
     jobs = [
         ts(
@@ -121,10 +155,12 @@ def build() -> db.Dashboard:
     return dashboard(
         UID,
         "slaguard / Audit and loops",
-        "Scrape health, the audit writer (backlog, spill, rows, errors), scheduler "
+        "Scrape health, replicas (guard leader, fleet mode sync), the audit writer "
+        "(backlog, spill, rows, errors), scheduler "
         "jobs (runs, overruns, failures, durations) and Slack delivery.",
         [
             ("Instances", instances),
+            ("Replicas", replicas),
             ("Audit writer", audit),
             ("Scheduler jobs", jobs),
             ("Slack", slack),
