@@ -169,3 +169,50 @@ def _decisions(api: Api) -> float:
         for sample in metric.samples
         if sample.name == "slaguard_decisions_total"
     )
+
+
+@pytest.mark.parametrize("evicted", [False, True], ids=["in-memory", "from-the-database"])
+def test_an_ok_feedback_without_any_time_is_a_422_recording_nothing(
+    api: Api, evicted: bool
+) -> None:
+    """`{"status": "ok"}` with no `ttft_s`, no `e2e_s` and no first token before it was
+    recorded as an SLA violation, fed to the learner and the guard: a client omitting its
+    timings inflated the violation rate."""
+    decision_id = f"untimed-{evicted}"
+    api.routed(decision_id)
+    rt = api.service.runtime
+    if evicted:
+        api.flushed()
+        rt.pending.pop(decision_id)
+    finished, violated = rt.finished_count, rt.violated_count
+    r = api.post("/v1/feedback", {"decision_id": decision_id, "status": "ok"})
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error.startswith("ttft_s: ") and "e2e_s" in error and "fix: send ttft_s" in error
+    assert (rt.finished_count, rt.violated_count) == (finished, violated)
+    assert decision_id not in rt.late_outcomes
+    api.flushed()
+    assert explain(api.service.engine, decision_id).outcome is None
+    # Nothing was taken: the same feedback with its time is recorded, judged on it.
+    body = {"decision_id": decision_id, "status": "ok", "e2e_s": 1.0}
+    again = api.post("/v1/feedback", body).json()
+    assert (again["recorded"], again["duplicate"], again["sla_met"]) == (True, False, True)
+    assert api.outcome(decision_id)["sla_met"] is True
+
+
+def test_an_ok_feedback_without_time_after_a_first_token_is_judged_on_it(api: Api) -> None:
+    api.routed("untimed-after-first-token")
+    api.post("/v1/first-token", {"decision_id": "untimed-after-first-token", "ttft_s": 0.5})
+    r = api.post("/v1/feedback", {"decision_id": "untimed-after-first-token", "status": "ok"})
+    assert r.status_code == 200 and r.json()["sla_met"] is True, r.text
+
+
+@pytest.mark.parametrize("status", ["failed", "rejected", "timeout"])
+def test_a_failed_feedback_without_any_time_is_recorded(api: Api, status: str) -> None:
+    """A request that did not succeed missed its SLA whatever its times: still taken."""
+    decision_id = f"untimed-{status}"
+    api.routed(decision_id)
+    r = api.post("/v1/feedback", {"decision_id": decision_id, "status": status})
+    assert r.status_code == 200, r.text
+    assert (r.json()["recorded"], r.json()["sla_met"]) == (True, False)
+    assert api.outcome(decision_id)["status"] == status

@@ -45,6 +45,28 @@ EXPLANATION_WAIT_S = 2.0
 FEEDBACK_ERRORS: dict[int | str, dict[str, Any]] = {**LOOKUP_ERRORS, 409: {"model": ErrorResponse}}
 
 
+class NoTimingsError(ValueError):
+    """An `ok` feedback with neither `ttft_s` nor `e2e_s` (and no `/v1/first-token` before
+    it): there is nothing to judge its SLA on, so it is answered 422 and not recorded (it
+    was recorded as a violation, inflating the violation rate)."""
+
+    def __init__(self, decision_id: str) -> None:
+        super().__init__(
+            f"ttft_s: a status 'ok' feedback for decision {decision_id!r} needs ttft_s or "
+            "e2e_s (neither was sent, nor a /v1/first-token before it), so its SLA cannot "
+            "be judged; nothing was recorded; fix: send ttft_s (the first token's time) or "
+            "e2e_s (the whole answer's), or the status the request ended with if it did "
+            "not succeed"
+        )
+
+
+def _untimed(body: FeedbackRequest, first_ttft_s: float | None = None) -> bool:
+    """Whether an `ok` feedback has no time to judge its SLA on."""
+    return (
+        body.status == "ok" and body.ttft_s is None and body.e2e_s is None and first_ttft_s is None
+    )
+
+
 class RoutedNowhereError(ValueError):
     """Feedback or a first token for a `no_capacity` decision: answered as 409."""
 
@@ -174,10 +196,14 @@ async def feedback(request: Request) -> Response:
             return error_response(404, str(exc))
         except RoutedNowhereError as exc:
             return error_response(409, str(exc))
+        except NoTimingsError as exc:
+            return error_response(422, str(exc))
         except SQLAlchemyError as exc:  # not recorded: the client must send it again
             return lookup_failed(body.decision_id, exc)
     if entry.target_index is None:
         return error_response(409, str(RoutedNowhereError(body.decision_id)))
+    if not entry.done and _untimed(body, entry.first_ttft_s):
+        return error_response(422, str(NoTimingsError(body.decision_id)))
     done = rt.finish(
         entry,
         body.status,
@@ -264,6 +290,8 @@ async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> dict[s
         raise RoutedNowhereError(body.decision_id)
     if found.sla_met is not None:
         return {**answer, "sla_met": found.sla_met}
+    if _untimed(body):  # a first token of an evicted decision is not kept (`fed: false`)
+        raise NoTimingsError(body.decision_id)
     ok = sla_met(body.status, body.ttft_s, body.e2e_s, found.deadline_s)
     rt.late_outcomes[body.decision_id] = ok
     if len(rt.late_outcomes) > LATE_OUTCOMES_KEPT:

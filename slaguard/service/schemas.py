@@ -112,7 +112,8 @@ class RouteResponse(BaseModel):
 
 
 class FeedbackRequest(_Body):
-    """How a routed request went (latencies in seconds, None when never measured)."""
+    """How a routed request went (latencies in seconds, None when never measured). An `ok`
+    one needs `ttft_s` or `e2e_s` (or a `/v1/first-token` before it) to be judged on."""
 
     decision_id: str = Field(pattern=ID_PATTERN)
     status: Literal["ok", "failed", "rejected", "timeout"] = "ok"
