@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 from pydantic import SecretStr
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from slaguard.audit.models import Incident, ModeChange
 from slaguard.audit.store import current_mode
@@ -320,3 +320,21 @@ def test_a_mode_command_that_changes_nothing_is_logged_at_info(
         ("WARNING", "fleet mode rollback by alertmanager"),
         ("INFO", "fleet mode rollback by alertmanager"),
     ]
+
+
+def test_a_mode_change_the_database_refuses_is_a_503_with_retry_after(admin: Admin) -> None:
+    """The 503 had no `Retry-After`, where `/v1/decisions` and `/v1/feedback` send 5 s."""
+    with admin.service.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE fleet_state RENAME TO fleet_state_away"))
+    try:
+        r = admin.client.post("/v1/mode", json={"action": "hold", "reason": "x"}, headers=AUTH)
+        assert r.status_code == 503, r.text
+        assert r.headers["retry-after"] == "5"
+        assert r.json()["error"].startswith("mode: the audit database refused the change")
+        assert r.json()["error"].endswith("fix: retry when the database is back")
+        fired = _webhook("SlaguardSLAErrorBudgetBurn")
+        am = admin.client.post("/v1/alertmanager", json=fired, headers=AUTH)
+        assert (am.status_code, am.headers["retry-after"]) == (503, "5"), am.text
+    finally:
+        with admin.service.engine.begin() as conn:
+            conn.execute(text("ALTER TABLE fleet_state_away RENAME TO fleet_state"))

@@ -29,7 +29,7 @@ from slaguard.service.schemas import (
     ModeRequest,
     ModeResponse,
 )
-from slaguard.service.views import runtime_of
+from slaguard.service.views import LOOKUP_RETRY_AFTER_S, runtime_of
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -107,7 +107,11 @@ async def mode(request: Request) -> ModeResponse:
             stage_pct=body.stage_pct,
         )
     except ModeUnavailableError as exc:
-        raise HTTPException(503, f"mode: {exc}; fix: retry when the database is back") from exc
+        raise HTTPException(
+            503,
+            f"mode: {exc}; fix: retry when the database is back",
+            {"Retry-After": str(LOOKUP_RETRY_AFTER_S)},
+        ) from exc
     return ModeResponse(
         changed=change.changed, mode=change.mode, version=change.version, message=change.message
     )
@@ -129,7 +133,9 @@ async def _or_retry_later(action: Awaitable[_T]) -> _T:
     try:
         return await action
     except ModeUnavailableError as exc:
-        raise HTTPException(503, f"mode: {exc}; Alertmanager will retry") from exc
+        raise HTTPException(
+            503, f"mode: {exc}; Alertmanager will retry", {"Retry-After": str(LOOKUP_RETRY_AFTER_S)}
+        ) from exc
 
 
 @router.post(
