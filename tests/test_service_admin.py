@@ -338,3 +338,19 @@ def test_a_mode_change_the_database_refuses_is_a_503_with_retry_after(admin: Adm
     finally:
         with admin.service.engine.begin() as conn:
             conn.execute(text("ALTER TABLE fleet_state_away RENAME TO fleet_state"))
+
+
+def test_an_alert_while_the_database_cannot_be_read_is_a_503_not_a_500(admin: Admin) -> None:
+    """The read of the fleet's last return raised through to a 500 and a traceback."""
+    with admin.service.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE mode_changes RENAME TO mode_changes_away"))
+    try:
+        fired = _webhook("SlaguardSLAErrorBudgetBurn")
+        am = admin.client.post("/v1/alertmanager", json=fired, headers=AUTH)
+        assert (am.status_code, am.headers.get("retry-after")) == (503, "5"), am.text
+        error = am.json()["error"]
+        assert error.startswith("mode: the audit database cannot be read: "), error
+        assert error.endswith("; Alertmanager will retry")
+    finally:
+        with admin.service.engine.begin() as conn:
+            conn.execute(text("ALTER TABLE mode_changes_away RENAME TO mode_changes"))

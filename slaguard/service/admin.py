@@ -17,7 +17,9 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from pydantic import BaseModel, ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 
+from slaguard.audit.engine import error_line
 from slaguard.guard.writes import NUL, written_out
 from slaguard.plaintext import actor_problem
 from slaguard.service.hotpath import json_body, validation_message
@@ -132,9 +134,18 @@ async def _or_retry_later(action: Awaitable[_T]) -> _T:
     Alertmanager retries."""
     try:
         return await action
-    except ModeUnavailableError as exc:
+    except (ModeUnavailableError, SQLAlchemyError) as exc:
+        # a read before the change (the fleet's last return) raises SQLAlchemyError itself:
+        # it was a 500 with a traceback in the log
+        problem = (
+            str(exc)
+            if isinstance(exc, ModeUnavailableError)
+            else f"the audit database cannot be read: {error_line(exc)}"
+        )
         raise HTTPException(
-            503, f"mode: {exc}; Alertmanager will retry", {"Retry-After": str(LOOKUP_RETRY_AFTER_S)}
+            503,
+            f"mode: {problem}; Alertmanager will retry",
+            {"Retry-After": str(LOOKUP_RETRY_AFTER_S)},
         ) from exc
 
 
