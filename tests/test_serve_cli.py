@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import signal
 import socket
@@ -18,6 +20,8 @@ from typer.testing import CliRunner
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
 from slaguard.cli.main import app
+from slaguard.service.bootstrap import build_service
+from slaguard.service.config import load_config
 from slaguard.service.local import free_port
 
 
@@ -317,3 +321,33 @@ def test_a_spill_dir_that_cannot_be_a_directory_is_one_line_naming_its_source(
         f"{tmp_path / 'a.db.spill'} is not a directory; {fix}"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.db.spill", "serve.yaml", "spill"]
+
+
+def test_a_database_down_at_start_is_one_error_line_with_its_fix(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It was two lines: a WARNING `could not migrate the audit database:
+    (psycopg.OperationalError) ...` and the ERROR `not ready: ...`, without a fix."""
+    overrides = {
+        "db": "postgresql://slaguard@127.0.0.1:9/audit",  # discard: nothing listens
+        "spill_dir": tmp_path / "spill",
+        "telemetry": {"scrape": False},
+        "notify_file": tmp_path / "incidents.jsonl",
+    }
+    with caplog.at_level(logging.INFO):
+        service = build_service(load_config(None, overrides))
+    try:
+        said = [
+            r
+            for r in caplog.records
+            if r.name.startswith("slaguard") and r.levelno >= logging.WARNING
+        ]
+        asyncio.run(service.readiness())  # what /readyz answers from the first mode sync
+        problem = service.runtime.ready_problem
+    finally:
+        service.close()
+    assert [r.levelname for r in said] == ["ERROR"], caplog.text
+    line = said[0].getMessage()
+    assert line.startswith("not ready: audit database unreachable: connection failed: "), line
+    assert "Connection refused; fix: start the database" in line and "psycopg" not in line
+    assert problem is not None and "fix: start the database" in problem  # /readyz says it too

@@ -87,13 +87,20 @@ class Service:
         self.engine.dispose()
 
 
+UNREACHABLE = "audit database unreachable"
+
+
 def _schema_problem(engine: Engine) -> str | None:
     try:
         require_current_schema(engine)
     except SchemaNotCurrentError as exc:
         return str(exc)
     except SQLAlchemyError as exc:
-        return f"audit database unreachable: {error_line(exc)}"
+        return (
+            f"{UNREACHABLE}: {error_line(exc)}; fix: start the database, or correct the URL "
+            "slaguard connects to (it turns ready by itself once the database answers with a "
+            "current schema)"
+        )
     return None
 
 
@@ -131,12 +138,13 @@ def build_service(
             notify_file=config.notify_file, guard_db_url=operator_url(url)
         )
     migrating = create_audit_engine(url)  # a migration may take long: no statement timeout
+    migration_failed = None  # said with the readiness problem below: one line, not two
     try:
         refuse_newer_schema(migrating)  # SchemaNotCurrentError: the caller's one-line refusal
         if config.migrate:
             upgrade(migrating)
     except SQLAlchemyError as exc:
-        log.warning("could not migrate the audit database: %s", str(exc).splitlines()[0])
+        migration_failed = error_line(exc)
     finally:
         migrating.dispose()
     engine = create_audit_engine(url, statement_timeout_s=SERVICE_STATEMENT_TIMEOUT_S)
@@ -178,11 +186,20 @@ def build_service(
     if destination is not None:
         log.info("incident messages go to %s", destination)
     if problem is not None:
+        # a database down failed the migration with the same error: said once, at ERROR
+        why = (
+            ""
+            if migration_failed is None or problem.startswith(UNREACHABLE)
+            else f" (migrating it at start failed: {migration_failed})"
+        )
         log.error(
-            "not ready: %s; serving meanwhile, with /readyz 503 and decisions in the spill "
+            "not ready: %s%s; serving meanwhile, with /readyz 503 and decisions in the spill "
             "journal until the schema is current",
             problem,
+            why,
         )
+    elif migration_failed is not None:  # the schema is current all the same
+        log.warning("could not migrate the audit database: %s", migration_failed)
     file_watch = SqliteFileWatch.of(engine)
 
     async def readiness() -> None:
