@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fakes.incidents import incident
+from fakes.recording_server import Answer
 from fakes.slack_server import FakeSlack
 from pydantic import SecretStr
 
@@ -100,3 +102,55 @@ def test_webhook_checks_status_codes_instead_of_raising(
     # slack-sdk logged the URL, a secret, on each retry at INFO
     assert "retry" in caplog.text and slack.webhook_url not in caplog.text
     assert slack.requests[0].body["blocks"][0]["type"] == "header"
+
+
+class PlainTextSlack(FakeSlack):
+    """A Slack whose 500s have a plain-text body, as a proxy in front of it answers."""
+
+    def respond(self, path: str, body: dict[str, Any], status: int) -> Answer:
+        if status == 500:
+            return 500, {"Content-Type": "text/plain"}, "oops"
+        return super().respond(path, body, status)
+
+
+def _sdk_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("slaguard.notify.") and r.levelno >= logging.WARNING
+    ]
+
+
+def test_a_retried_500_with_a_non_json_body_is_not_logged_at_error_by_slack_sdk(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """slack-sdk logged `ERROR Failed to decode Slack API response: Received a response
+    in a non-JSON format: oops` for each such failure, though it is retried and slaguard
+    says so in its own line (with the same text)."""
+    caplog.set_level(logging.INFO)
+    with PlainTextSlack() as slack:
+        slack.fail_next(500, times=2)
+        failed = _web(slack).send(incident())
+        assert [r.status for r in slack.requests] == [500, 500]
+    assert not failed.ok and failed.retryable and failed.status_code == 500
+    assert "non-JSON format: oops" in failed.detail  # what slaguard's own line says
+    assert _sdk_errors(caplog) == [], caplog.text
+    caplog.clear()
+    caplog.set_level(logging.DEBUG)  # asked for: there, at DEBUG
+    with PlainTextSlack() as slack:
+        slack.fail_next(500, times=2)
+        assert not _web(slack).send(incident()).ok
+    decoded = [r for r in caplog.records if "Failed to decode Slack API response" in r.message]
+    assert [r.levelname for r in decoded] == ["DEBUG"], caplog.text
+
+
+def test_a_refused_connection_is_not_logged_at_error_by_slack_sdk(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    web = SlackWebNotifier(
+        SecretStr(TOKEN), "C0GUARD", base_url="http://127.0.0.1:9/api/", server_backoff_s=0.01
+    )
+    failed = web.send(incident())
+    assert not failed.ok and failed.retryable and "Connection refused" in failed.detail
+    assert _sdk_errors(caplog) == [], caplog.text

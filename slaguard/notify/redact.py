@@ -62,10 +62,41 @@ class _RedactFilter(logging.Filter):
         return True
 
 
+SDK_ATTEMPT_ERRORS = (
+    "Failed to decode Slack API response:",
+    "Failed to send a request to Slack API server:",
+)
+"""What slack-sdk logs at ERROR for one failed attempt (an HTTP 500 with a non-JSON body,
+a connection refused): the failure is retried (by the client, then by the outbox) and
+slaguard logs it itself, with the same text (`incident N message retried later: ...`)."""
+
+
+class _AttemptErrorsAtDebug(logging.Filter):
+    """slack-sdk's own line for a failed attempt (`SDK_ATTEMPT_ERRORS`) at DEBUG: an ERROR
+    per retried attempt (`Failed to decode Slack API response: Received a response in a
+    non-JSON format: oops`) beside slaguard's own line looked like a second failure."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__()
+        self.logger = logger
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno <= logging.DEBUG or not record.getMessage().startswith(
+            SDK_ATTEMPT_ERRORS
+        ):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return self.logger.isEnabledFor(logging.DEBUG)
+
+
 def redacting_logger(name: str, redact: Redactor) -> logging.Logger:
     """A logger for a slack-sdk client, masking what the client logs (it logs the webhook
-    URL when it retries, and the error that quotes the token at ERROR)."""
+    URL when it retries, and the error that quotes the token at ERROR), its per-attempt
+    errors at DEBUG (`SDK_ATTEMPT_ERRORS`): `slaguard.notify.<notifier>.sdk`."""
     logger = logging.getLogger(f"slaguard.notify.{name}.sdk")
-    logger.filters = [f for f in logger.filters if not isinstance(f, _RedactFilter)]
+    logger.filters = [
+        f for f in logger.filters if not isinstance(f, _RedactFilter | _AttemptErrorsAtDebug)
+    ]
+    logger.addFilter(_AttemptErrorsAtDebug(logger))
     logger.addFilter(_RedactFilter(redact))
     return logger
