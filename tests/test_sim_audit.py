@@ -164,6 +164,8 @@ def test_simulate_cli_takes_a_bare_file_path(
         ("postgresql+psycopg://postgres@127.0.0.1:1/x", "cannot reach database"),
         ("NOTADB", "file is not a database; check --audit-db"),
         ("FOREIGN", "cannot create the audit schema in sqlite:///"),
+        # a traceback ending in Alembic's "Can't locate revision", exit 1
+        ("ALIEN", "is at schema revision abc123def, which this slaguard (head"),
         ("sqlite:////proc/nowhere/a.db", "--audit-db: /proc/nowhere does not exist; fix: create"),
         ("postgresql+psycopg://u:secret@h:port/db", "'postgresql+psycopg://u:***@h:port/db'"),
     ],
@@ -177,6 +179,12 @@ def test_simulate_cli_refuses_an_unusable_audit_db_before_simulating(
     if db == "FOREIGN":
         db = str(tmp_path / "foreign.db")
         sqlite3.connect(db).execute("CREATE TABLE decisions (x)").connection.close()
+    if db == "ALIEN":
+        db = str(tmp_path / "other.db")
+        with sqlite3.connect(db) as conn:
+            conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)")
+            conn.execute("INSERT INTO alembic_version VALUES ('abc123def')")
+        conn.close()
     result = CliRunner().invoke(app, ["simulate", "--trace", str(AZURE_FIXTURE), "--audit-db", db])
     assert result.exit_code == 2 and result.stdout == "", result.output
     assert result.stderr.count("\n") == 1 and problem in result.stderr, result.stderr

@@ -18,7 +18,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit.engine import error_line, shown_url
-from slaguard.audit.migrate import SchemaNotCurrentError, upgrade
+from slaguard.audit.migrate import SchemaNotCurrentError, refuse_newer_schema, upgrade
 from slaguard.audit.models import Decision, Incident, ModeChange, WeightVersion
 from slaguard.audit.spill import SpillInUseError
 from slaguard.audit.writer import open_writer
@@ -150,7 +150,10 @@ def _audit_sink(db: str, sim: Simulation) -> AuditObserver:
     then open the audit writer and attach it to the run."""
     engine = connect(db, create=True, option="--audit-db")
     try:
+        refuse_newer_schema(engine)  # Alembic cannot upgrade from a revision it lacks
         upgrade(engine)
+    except SchemaNotCurrentError as exc:
+        fail(f"--audit-db: {exc}")
     except SQLAlchemyError as exc:
         fail(f"--audit-db: cannot create the audit schema in {shown_url(engine.url)}: "
              f"{error_line(exc)}; fix: use a new database, or one slaguard made")  # fmt: skip
