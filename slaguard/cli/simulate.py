@@ -14,12 +14,12 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from slaguard.audit.engine import error_line, shown_url
+from slaguard.audit.engine import error_line, refused_writes, shown_url, sqlite_path
 from slaguard.audit.migrate import SchemaNotCurrentError, refuse_newer_schema, upgrade
-from slaguard.audit.models import Decision, Incident, ModeChange, WeightVersion
+from slaguard.audit.models import Decision, Incident, ModeChange, Outcome, WeightVersion
 from slaguard.audit.spill import SpillInUseError
 from slaguard.audit.writer import open_writer
 from slaguard.audit.writer_settings import WriterStats
@@ -166,6 +166,7 @@ def _audit_sink(db: str, sim: Simulation) -> AuditObserver:
             "are its trace's, so a second run's rows would be dropped as duplicates; fix: "
             "record each run in a new database, e.g. --audit-db sqlite:///run2.db"
         )
+    _check_takes_writes(engine)
     try:
         writer = open_writer(engine.url.render_as_string(hide_password=False))
     except (SchemaNotCurrentError, SpillInUseError, OSError) as exc:
@@ -189,6 +190,37 @@ def _rows_held(engine: Engine) -> str | None:
     finally:
         engine.dispose()
     return None
+
+
+def _check_takes_writes(engine: Engine) -> None:
+    """Insert no rows into each table the run writes, and roll back: a database that
+    refuses writes (a read-only SQLite file or mount, PostgreSQL's
+    `default_transaction_read_only`, a standby, a role without INSERT) was found only after
+    the whole run was simulated, then retried for 120 s."""
+    try:
+        with engine.connect() as conn, conn.begin() as tx:
+            for table in (Decision, Outcome, ModeChange, Incident):
+                name = table.__tablename__
+                conn.execute(text(f"INSERT INTO {name} SELECT * FROM {name} WHERE 1 = 0"))
+            tx.rollback()
+    except SQLAlchemyError as exc:
+        fail(f"--audit-db: {refused_writes(engine.url, exc) or _no_writes(engine, exc)}")
+    finally:
+        engine.dispose()
+
+
+def _no_writes(engine: Engine, exc: SQLAlchemyError) -> str:
+    path = sqlite_path(engine.url)
+    fix = (
+        f"make {path} and its directory writable for this user (the file's mode, "
+        "`chattr -i`, a read-only mount)"
+        if path is not None
+        else "use a primary that takes writes (not a standby; default_transaction_read_only off)"
+    )
+    return (
+        f"{shown_url(engine.url)} does not take writes: {error_line(exc)}; fix: {fix}, or "
+        "record the run in another database"
+    )
 
 
 def _left_in_journal(sink: AuditObserver, rows: str) -> str:

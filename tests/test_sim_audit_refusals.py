@@ -1,0 +1,68 @@
+"""`simulate --audit-db` refuses, before anything is simulated, a database that would not
+take the run whole: one `error:` line, exit 2, and nothing left behind."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from conftest import create_scratch_database, drop_database, pg_connect, require_postgres
+from test_engine_support import AZURE_FIXTURE
+from typer.testing import CliRunner
+
+from slaguard.cli.main import app
+
+
+def _simulate(db: str, *extra: str) -> tuple[int, str, float]:
+    started = time.monotonic()
+    result = CliRunner().invoke(
+        app, ["simulate", "--trace", str(AZURE_FIXTURE), *extra, "--audit-db", db]
+    )
+    assert result.stdout == "", result.output
+    return result.exit_code, result.stderr, time.monotonic() - started
+
+
+@contextmanager
+def _immutable(path: Path) -> Iterator[None]:
+    """`chattr +i`: even root cannot write it (chmod does not stop root)."""
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i does not work here (needs root and a filesystem with it)")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_a_read_only_sqlite_file_is_refused_before_simulating(tmp_path: Path) -> None:
+    """It simulated the whole run, retried for 120 s, then failed, leaving the run's rows
+    in a spill journal that the next run replayed."""
+    db = tmp_path / "ro.db"
+    assert CliRunner().invoke(app, ["db", "upgrade", "--db", str(db)]).exit_code == 0
+    with _immutable(db):
+        code, err, took = _simulate(str(db))
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: --audit-db: sqlite:///{db} does not take writes: "), err
+    assert "attempt to write a readonly database; fix: make " in err
+    assert took < 30 and not (tmp_path / "ro.db.spill").exists()
+
+
+@pytest.mark.postgres
+def test_a_read_only_postgres_database_is_refused_before_simulating(tmp_path: Path) -> None:
+    require_postgres()
+    url = create_scratch_database()
+    try:
+        assert CliRunner().invoke(app, ["db", "upgrade", "--db", str(url)]).exit_code == 0
+        with pg_connect(url) as conn:
+            conn.execute(f'ALTER DATABASE "{url.database}" SET default_transaction_read_only = on')
+        db = url.render_as_string(hide_password=False)
+        code, err, took = _simulate(db)
+    finally:
+        drop_database(url)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "does not take writes: cannot execute INSERT in a read-only transaction" in err
+    assert "default_transaction_read_only off" in err
+    assert took < 30
