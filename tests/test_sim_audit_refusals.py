@@ -3,6 +3,7 @@ take the run whole: one `error:` line, exit 2, and nothing left behind."""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
@@ -66,3 +67,17 @@ def test_a_read_only_postgres_database_is_refused_before_simulating(tmp_path: Pa
     assert "does not take writes: cannot execute INSERT in a read-only transaction" in err
     assert "default_transaction_read_only off" in err
     assert took < 30
+
+
+def test_a_locked_sqlite_file_is_refused_as_locked(tmp_path: Path) -> None:
+    db = tmp_path / "sim.db"
+    assert CliRunner().invoke(app, ["db", "upgrade", "--db", str(db)]).exit_code == 0
+    holder = sqlite3.connect(db, timeout=30)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        code, err, _ = _simulate(str(db))
+    finally:
+        holder.rollback()
+        holder.close()
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"sqlite:///{db} is locked: database is locked (another connection holds" in err

@@ -211,6 +211,12 @@ def _check_takes_writes(engine: Engine) -> None:
 
 def _no_writes(engine: Engine, exc: SQLAlchemyError) -> str:
     path = sqlite_path(engine.url)
+    if str(getattr(getattr(exc, "orig", None), "sqlite_errorname", "")).startswith("SQLITE_BUSY"):
+        return (
+            f"{shown_url(engine.url)} is locked: {error_line(exc)} (another connection holds "
+            "a write transaction); fix: run again once it ends, or record the run in another "
+            "database"
+        )
     fix = (
         f"make {path} and its directory writable for this user (the file's mode, "
         "`chattr -i`, a read-only mount)"
