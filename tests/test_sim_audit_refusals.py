@@ -3,6 +3,7 @@ take the run whole: one `error:` line, exit 2, and nothing left behind."""
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import subprocess
 import time
@@ -15,6 +16,9 @@ from conftest import create_scratch_database, drop_database, pg_connect, require
 from test_engine_support import AZURE_FIXTURE
 from typer.testing import CliRunner
 
+from slaguard.audit.engine import create_audit_engine
+from slaguard.audit.records import OutcomeRecord
+from slaguard.audit.writer import AuditWriter
 from slaguard.cli.main import app
 
 
@@ -23,7 +27,7 @@ def _simulate(db: str, *extra: str) -> tuple[int, str, float]:
     result = CliRunner().invoke(
         app, ["simulate", "--trace", str(AZURE_FIXTURE), *extra, "--audit-db", db]
     )
-    assert result.stdout == "", result.output
+    assert result.exit_code == 0 or result.stdout == "", result.output
     return result.exit_code, result.stderr, time.monotonic() - started
 
 
@@ -67,6 +71,46 @@ def test_a_read_only_postgres_database_is_refused_before_simulating(tmp_path: Pa
     assert "does not take writes: cannot execute INSERT in a read-only transaction" in err
     assert "default_transaction_read_only off" in err
     assert took < 30
+
+
+def _leave_in_journal(spill_dir: Path, request_ids: list[str]) -> None:
+    """Outcomes acknowledged into `spill_dir` and never written (their database is down):
+    what a run that failed while draining leaves behind."""
+    writer = AuditWriter(create_audit_engine("postgresql+psycopg://x@127.0.0.1:1/x"), spill_dir)
+    for rid in request_ids:
+        writer.enqueue(OutcomeRecord(rid, 1_700_000_000.0, 9.0, 9.0, 99.0, "failed", False))
+    assert writer.close(drain_timeout_s=0).queue_depth == len(request_ids)
+
+
+def test_a_journal_an_earlier_run_left_is_refused_not_replayed_into_this_run(
+    tmp_path: Path,
+) -> None:
+    """The leftover journal was replayed first: the database held the earlier run's rows,
+    this run's with the same request ids were dropped as duplicates beside this run's
+    history, and the closing line said every row was recorded (or, when the drain timed
+    out, more rows not written than the run had)."""
+    db = tmp_path / "sim.db"
+    assert CliRunner().invoke(app, ["db", "upgrade", "--db", str(db)]).exit_code == 0
+    ids = ["azure_conv_200-0", "azure_conv_200-1"]  # the run's own request ids
+    _leave_in_journal(tmp_path / "sim.db.spill", ids)
+    size = sum(p.stat().st_size for p in (tmp_path / "sim.db.spill").glob("*.journal"))
+    code, err, _ = _simulate(str(db))
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(
+        f"error: --audit-db: the spill journal {tmp_path / 'sim.db.spill'} holds 2 records "
+        f"({size} bytes) not written to sqlite:///{db}, left by an earlier run; "
+    ), err
+    assert f"fix: remove {tmp_path / 'sim.db.spill'} to simulate again" in err
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM outcomes").fetchone() == (0,)
+    conn.close()
+    assert size == sum(p.stat().st_size for p in (tmp_path / "sim.db.spill").glob("*.journal"))
+    shutil.rmtree(tmp_path / "sim.db.spill")  # the fix the line gives
+    code, err, _ = _simulate(str(db), "--policy", "round-robin")
+    assert code == 0 and "(400 rows written)" in err, err
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM outcomes WHERE e2e_s = 99").fetchone() == (0,)
+    conn.close()
 
 
 def test_a_locked_sqlite_file_is_refused_as_locked(tmp_path: Path) -> None:

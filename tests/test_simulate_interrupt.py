@@ -137,6 +137,6 @@ def test_a_second_interrupt_while_draining_says_what_is_left_where(tmp_path: Pat
         holder.rollback()
         holder.close()
     assert line.startswith("error: interrupted by SIGINT while writing the audit rows: "), line
-    assert f"stay in the spill journal {db}.spill" in line
+    assert f"stay in the spill journal {db}.spill, never replayed into another run: " in line
     assert line.endswith("the run's mode switches and incidents were not written")
     assert _count(db, "mode_changes") == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -17,10 +18,17 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from sqlalchemy import Engine, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from slaguard.audit.engine import error_line, refused_writes, shown_url, sqlite_path
+from slaguard.audit.engine import (
+    default_spill_dir,
+    error_line,
+    refused_writes,
+    shown_url,
+    sqlite_path,
+)
+from slaguard.audit.lines import FLEET_TAG
 from slaguard.audit.migrate import SchemaNotCurrentError, refuse_newer_schema, upgrade
 from slaguard.audit.models import Decision, Incident, ModeChange, Outcome, WeightVersion
-from slaguard.audit.spill import SpillInUseError
+from slaguard.audit.spill import SpillInUseError, SpillJournal, segment_files
 from slaguard.audit.writer import open_writer
 from slaguard.audit.writer_settings import WriterStats
 from slaguard.cli.dbopen import connect
@@ -167,8 +175,10 @@ def _audit_sink(db: str, sim: Simulation) -> AuditObserver:
             "record each run in a new database, e.g. --audit-db sqlite:///run2.db"
         )
     _check_takes_writes(engine)
+    spill_dir = default_spill_dir(engine.url)
+    _check_journal_empty(spill_dir, shown_url(engine.url))
     try:
-        writer = open_writer(engine.url.render_as_string(hide_password=False))
+        writer = open_writer(engine.url.render_as_string(hide_password=False), spill_dir=spill_dir)
     except (SchemaNotCurrentError, SpillInUseError, OSError) as exc:
         fail(f"--audit-db: {exc}")
     # ends before now even if every request drains for as long as the simulator allows
@@ -209,6 +219,27 @@ def _check_takes_writes(engine: Engine) -> None:
         engine.dispose()
 
 
+def _check_journal_empty(spill_dir: Path, url: str) -> None:
+    """Refuse a journal holding records an earlier run (or a service) could not write: the
+    writer replays a journal before anything else, so the earlier run's rows went in first
+    and this run's, with the same request ids, were dropped as duplicates beside this run's
+    history, while the counts said all of them were recorded."""
+    if not any(size for _, _, size in segment_files(spill_dir)):
+        return  # also when there is no such directory
+    try:
+        journal = SpillJournal(spill_dir, header_tag=FLEET_TAG)
+    except (SpillInUseError, OSError) as exc:
+        fail(f"--audit-db: {exc}")
+    records, size = journal.recovered_records, journal.pending_bytes
+    journal.close()  # keeps segments the database has not confirmed
+    fail(
+        f"--audit-db: the spill journal {spill_dir} holds {records} records ({size} bytes) "
+        f"not written to {url}, left by an earlier run; a run never takes in another's rows; "
+        f"fix: remove {spill_dir} to simulate again (a simulation is reproducible: rerun the "
+        "one that left them, into a new database if that one holds part of it)"
+    )
+
+
 def _no_writes(engine: Engine, exc: SQLAlchemyError) -> str:
     path = sqlite_path(engine.url)
     if str(getattr(getattr(exc, "orig", None), "sqlite_errorname", "")).startswith("SQLITE_BUSY"):
@@ -233,9 +264,19 @@ def _left_in_journal(sink: AuditObserver, rows: str) -> str:
     """Where rows the database did not take are, and what that leaves out: one wording for
     every way a run can end before its writer drained."""
     return (
-        f"{rows} stay in the spill journal {sink.writer.spill_dir} and replay when a writer "
-        "opens it again; the run's mode switches and incidents were not written"
+        f"{rows} stay in the spill journal {sink.writer.spill_dir}, never replayed into "
+        "another run: remove it to simulate into this database again; the run's mode "
+        "switches and incidents were not written"
     )
+
+
+_WRITER_LOG = logging.getLogger("slaguard.audit.writer")
+
+
+def _not_from_close(record: logging.LogRecord) -> bool:
+    """The writer's closing lines say rows left "replay on the next start": not so for a
+    simulated run, whose own line says what is left where (its retries still show)."""
+    return record.funcName != "close"
 
 
 def _drain(sink: AuditObserver, stops: StopSignals) -> WriterStats:
@@ -251,7 +292,11 @@ def _drain(sink: AuditObserver, stops: StopSignals) -> WriterStats:
                 f"them in {sink.writer.spill_dir})",
                 file=sys.stderr,
             )
-        return sink.writer.close(drain_timeout_s=120)
+        _WRITER_LOG.addFilter(_not_from_close)
+        try:
+            return sink.writer.close(drain_timeout_s=120)
+        finally:
+            _WRITER_LOG.removeFilter(_not_from_close)
     except Stopped as exc:
         fail(
             f"interrupted by {signal.Signals(exc.signo).name} while writing the audit rows: "
