@@ -59,3 +59,19 @@ def test_a_directory_for_an_output_file_is_still_one_line(tmp_path: Path) -> Non
     result = CliRunner().invoke(app, ["history", "-f", "csv", "-o", str(tmp_path)])
     assert result.exit_code == 2
     assert result.stderr == f"error: --output: {tmp_path} is a directory; fix: name a file\n"
+
+
+@pytest.mark.parametrize("command", [["db", "upgrade"], ["status"], ["audit", "decisions"]])
+def test_a_blank_database_variable_is_refused_as_the_flag_is(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`SLAGUARD_DB=" " slaguard db upgrade` created a file named " ", which `status` read."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SLAGUARD_DB", " ")
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr == (
+        "error: $SLAGUARD_DB: blank (' '); fix: give a database URL or SQLite file path, or "
+        "unset SLAGUARD_DB\n"
+    )
+    assert list(tmp_path.iterdir()) == []

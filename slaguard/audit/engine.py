@@ -54,6 +54,13 @@ def resolve_db_url(value: str | None, option: str = "--db") -> URL:
     """A `--db` value (URL, or a bare SQLite file path) -> SQLAlchemy URL; `option` names
     where the value came from in the errors (`$SLAGUARD_DB` when the value is its)."""
     option = db_url_source(value, option)
+    env = os.environ.get(DB_ENV_VAR, "")
+    if not value and env and not env.strip():
+        # a file named " " was created (`db upgrade`) and read (`status`) without a word
+        raise DatabaseUrlError(
+            f"{option}: blank ({env!r}); fix: give a database URL or SQLite file path, or "
+            f"unset {DB_ENV_VAR}"
+        )
     text = value or default_db_url()
     if "://" not in text:
         text = f"sqlite:///{text}"
