@@ -88,6 +88,13 @@ def _missing_file(path: Path, option: str, *, defaulted: bool) -> str:
             f"{SERVICE_DB}"
         )
     path = path.absolute()  # a relative file was looked for in the working directory
+    if not path.parent.is_dir():
+        # `db upgrade --db` then said only that the directory does not exist
+        return (
+            f"{option}: SQLite file {path} does not exist, nor does its directory "
+            f"{path.parent}; fix: {_give(option)} {SERVICE_DB}; only for a new, empty one "
+            f"create {path.parent}, then run `slaguard db upgrade --db {path}`"
+        )
     return (
         f"{option}: SQLite file {path} does not exist; fix: {_give(option)} {SERVICE_DB}; "
         f"only for a new, empty one run `slaguard db upgrade --db {path}`"
