@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from slaguard.cli.main import app
@@ -21,4 +24,32 @@ def test_a_missing_directory_is_named_before_db_upgrade_is_offered(tmp_path: Pat
     ), result.stderr
     assert result.stderr.endswith(
         f"only for a new, empty one create {db.parent}, then run `slaguard db upgrade --db {db}`\n"
+    )
+
+
+@pytest.mark.parametrize("command", [["status"], ["audit", "decisions", "--since", "-1h"]])
+def test_a_file_in_a_directory_this_user_cannot_write_names_the_wal_files(
+    command: list[str], tmp_path: Path
+) -> None:
+    """SQLite's "unable to open database file; check --db" pointed at the wrong problem:
+    WAL mode needs to create the -shm file beside the database, even to read it."""
+    rodir = tmp_path / "rodir"
+    rodir.mkdir()
+    db = rodir / "a.db"
+    # in a process of its own: its last connection's close removes a.db-wal and a.db-shm
+    upgrade = [sys.executable, "-m", "slaguard", "db", "upgrade", "--db", str(db)]
+    subprocess.run(upgrade, check=True, capture_output=True)
+    assert sorted(p.name for p in rodir.iterdir()) == ["a.db"]
+    if subprocess.run(["chattr", "+i", str(rodir)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i does not work here (needs root and a filesystem with it)")
+    try:
+        result = CliRunner().invoke(app, [*command, "--db", str(db)])
+    finally:
+        subprocess.run(["chattr", "-i", str(rodir)], check=True)
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr == (
+        f"error: --db: cannot open SQLite file {db}: its directory {rodir} is not writable "
+        "for this user, and SQLite's WAL mode needs to create a.db-shm beside it, even to "
+        "read; fix: copy a.db (with a.db-wal if there is one) to a writable directory and "
+        f"pass the copy as --db, or make {rodir} writable\n"
     )

@@ -62,8 +62,24 @@ def connect(
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
     except SQLAlchemyError as exc:
-        fail(f"cannot reach database {shown_url(url)}: {error_line(exc)}; check {option}")
+        unreachable = f"cannot reach database {shown_url(url)}: {error_line(exc)}"
+        fail(_unreadable_directory(url, option) or f"{unreachable}; check {option}")
     return engine
+
+
+def _unreadable_directory(url: URL, option: str) -> str | None:
+    """SQLite only says "unable to open database file" for a file in a directory this user
+    cannot write: WAL mode needs to create the `-shm` file beside it, even to read."""
+    path = sqlite_path(url)
+    if path is None or not path.is_file() or os.access(path.parent, os.W_OK):
+        return None
+    shm, wal = f"{path.name}-shm", f"{path.name}-wal"
+    return (
+        f"{option}: cannot open SQLite file {path}: its directory {path.parent} is not "
+        f"writable for this user, and SQLite's WAL mode needs to create {shm} beside it, "
+        f"even to read; fix: copy {path.name} (with {wal} if there is one) to a writable "
+        f"directory and pass the copy as {option}, or make {path.parent} writable"
+    )
 
 
 def db_origin(db: str | None) -> str:
