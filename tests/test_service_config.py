@@ -270,3 +270,67 @@ def test_the_database_named_at_start_hides_its_password_and_is_absolute(
         "audit database postgresql+psycopg://slaguard:***@127.0.0.1:1/audit",
     ]
     assert "s3cret" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("variable", "line"),
+    [
+        ("SLAGUARD_SERVE_GATEWAY__CONECT_TIMEOUT_S", "gateway.conect_timeout_s: unknown setting; "
+         "fix: unset it, or use one of chars_per_token, connect_timeout_s, default_max_tokens, "
+         "default_priority, enabled, first_byte_timeout_s, max_connections, read_timeout_s "
+         "(examples/serve.yaml); did you mean $SLAGUARD_SERVE_GATEWAY__CONNECT_TIMEOUT_S?"),
+        ("SLAGUARD_SERVE_GUARD__BREAKER__TRIP_AFTERR", "guard.breaker.trip_afterr: unknown "
+         "setting; fix: unset it, or use one of auto_return, clear_after, cooldown_s, "
+         "max_switches_per_hour, trip_after (docs/guard.md); did you mean "
+         "$SLAGUARD_SERVE_GUARD__BREAKER__TRIP_AFTER?"),
+        ("SLAGUARD_SERVE_GUARD__BREAKR__TRIP_AFTER", "guard.breakr: unknown setting; fix: unset "
+         "it, or use one of breaker, cold_start, hot_spot, rollout_compare, ttft_zscore "
+         "(docs/guard.md); did you mean $SLAGUARD_SERVE_GUARD__BREAKER?"),
+        ("SLAGUARD_SERVE_PROT", "prot: unknown setting; fix: unset it, or use one of "
+         "alertmanager, db, fleet, gateway, guard, host, log_level, loops, "
+         "max_pending_decisions, migrate, notify_file, port, rollout, spill_dir, telemetry "
+         "(examples/serve.yaml); did you mean $SLAGUARD_SERVE_PORT?"),
+        ("SLAGUARD_SERVE_ADMIN_TOKEN", "admin_token: unknown setting; fix: unset it; the admin "
+         "token is read only from $SLAGUARD_ADMIN_TOKEN(_FILE)"),
+        ("SLAGUARD_SERVE_PORT__HTTP", "port.http: unknown setting; fix: unset it: port is a "
+         "single value, not a section (set $SLAGUARD_SERVE_PORT)"),
+    ],
+)  # fmt: skip
+def test_an_unknown_variable_is_refused_naming_the_variable_not_the_file(
+    variable: str, line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A misspelt nested variable was blamed on the file (`serve.yaml: gateway.conect_...:
+    unknown setting; fix: remove it`), which does not hold it; a misspelt top-level one
+    (`SLAGUARD_SERVE_PROT=9000`) was ignored and serve started on the default port."""
+    (tmp_path / "serve.yaml").write_text("port: 9000\n")
+    monkeypatch.setenv(variable, "1")
+    assert _error(tmp_path / "serve.yaml") == f"${variable}: {line}"
+    assert _error() == f"${variable}: {line}"
+
+
+def test_a_section_given_as_json_names_its_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "serve.yaml").write_text("port: 9000\n")
+    monkeypatch.setenv("SLAGUARD_SERVE_GATEWAY", '{"conect_timeout_s": 1}')
+    assert _error(tmp_path / "serve.yaml").startswith(
+        "$SLAGUARD_SERVE_GATEWAY: gateway.conect_timeout_s: unknown setting; fix: unset it, "
+    )
+    monkeypatch.setenv("SLAGUARD_SERVE_GATEWAY", '{"connect_timeout_s": -1}')
+    assert _error(tmp_path / "serve.yaml").startswith(
+        "$SLAGUARD_SERVE_GATEWAY: gateway.connect_timeout_s: Input should be greater than 0 "
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("SLAGUARD_SERVE_DB", "audit.db"), ("SLAGUARD_SERVE_SPILL_DIR", "spill"),
+     ("SLAGUARD_SERVE_GUARD__BREAKER__TRIP_AFTER", "5"),
+     ("SLAGUARD_SERVE_TELEMETRY__SCRAPE_INTERVAL_S", "0.5"),
+     ("slaguard_serve_loops__weights_s", "60")],
+)  # fmt: skip
+def test_every_variable_of_a_setting_is_still_taken(
+    variable: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(variable, value)
+    load_config()

@@ -165,6 +165,7 @@ def load_config(
         if raw is not None and not isinstance(raw, dict):
             raise ServiceConfigError(f"{path}: <top>: not a mapping; fix: write `key: value` lines")
     kwargs: dict[str, Any] = {k: v for k, v in (overrides or {}).items() if v is not None}
+    _check_variable_names(os.environ)
     cls: type[ServiceConfig] = ServiceConfig
     if path is not None:
 
@@ -181,6 +182,45 @@ def load_config(
     except DatabaseUrlError as exc:
         raise ServiceConfigError(str(exc)) from None
     return config
+
+
+def _check_variable_names(env: Mapping[str, str]) -> None:
+    """Refuse a `SLAGUARD_SERVE_*` variable that names no setting: pydantic-settings reads
+    only the names it knows, so a misspelt one (`SLAGUARD_SERVE_PROT=9000`) was ignored,
+    and a misspelt nested one was reported as the file's key. Names are case-insensitive,
+    as pydantic-settings reads them."""
+    for name in sorted(env):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX):
+            continue
+        loc = tuple(part.lower() for part in upper.removeprefix(ENV_PREFIX).split("__"))
+        section: type[BaseModel] | None = ServiceConfig
+        for depth, part in enumerate(loc):
+            if section is None:  # `SLAGUARD_SERVE_PORT__HTTP`: port has no keys
+                known = "__".join(loc[:depth]).upper()
+                raise ServiceConfigError(
+                    f"${name}: {'.'.join(loc)}: unknown setting; fix: unset it: "
+                    f"{'.'.join(loc[:depth])} is a single value, not a section (set "
+                    f"${ENV_PREFIX}{known})"
+                )
+            if part not in section.model_fields:
+                raise ServiceConfigError(
+                    f"${name}: {_field_path(loc[: depth + 1])}: unknown setting; fix: "
+                    f"{_unknown_key_fix(loc[: depth + 1], variable=True)}"
+                )
+            inner = section.model_fields[part].annotation
+            section = inner if isinstance(inner, type) and issubclass(inner, BaseModel) else None
+
+
+def _variable_of(loc: tuple[int | str, ...], env_set: set[str]) -> str | None:
+    """The variable that gave the value at `loc`: its own (`..._GATEWAY__ENABLED`) or a
+    section's holding it as JSON (`SLAGUARD_SERVE_GATEWAY='{"enabled": false}'`)."""
+    keys = [p.upper() for p in loc if isinstance(p, str)]  # no items
+    for depth in range(len(keys), 0, -1):
+        name = ENV_PREFIX + "__".join(keys[:depth])
+        if name in env_set:
+            return name
+    return None
 
 
 def _db_source(file_source: str, flags: Mapping[str, Any]) -> str:
@@ -202,20 +242,24 @@ def _config_error(err: Any, file_source: str, flags: Mapping[str, Any]) -> str:
     shown = f" (got {value!r})" if not isinstance(value, dict | list) else ""
     env_name = ENV_PREFIX + "__".join(p.upper() for p in loc if isinstance(p, str))  # no items
     env_set = {k.upper() for k in os.environ}
+    variable = _variable_of(loc, env_set)
     top = str(loc[0]) if loc else ""
     flag = f"--{top.replace('_', '-')}" if top in flags and not isinstance(flags[top], dict) else ""
-    if err["type"] == "extra_forbidden":
-        where = file_source if file_source != "environment" else f"${env_name}"
-        return f"{where}: {field}: unknown setting; fix: {_unknown_key_fix(loc)}"
+    if err["type"] == "extra_forbidden":  # an unknown variable name is refused before
+        if variable is not None:  # a key of a section given as JSON
+            return f"${variable}: {field}: unknown setting; fix: " + _unknown_key_fix(
+                loc, variable=True
+            )
+        return f"{file_source}: {field}: unknown setting; fix: {_unknown_key_fix(loc)}"
     if err["type"] == "value_error":  # a check of ours: its message names the fix
         if flag:
             return f"{flag}: {err['ctx']['error']}"
-        where = f"${env_name}" if env_name in env_set else file_source
+        where = f"${variable}" if variable is not None else file_source
         return f"{where}: {field}: {err['ctx']['error']}"
     if flag:
         return f"{flag}: {err['msg']}{shown}; fix: pass a valid value"
-    if env_name in env_set:
-        where, fix = f"${env_name}", "correct the variable or unset it"
+    if variable is not None:
+        where, fix = f"${variable}", "correct the variable or unset it"
     else:
         what = _TYPE_FIXES.get(err["type"], "correct the value")
         where, fix = file_source, f"{what} (or set ${env_name})"
@@ -230,11 +274,13 @@ _TYPE_FIXES = {  # the file's values of the wrong kind (flags, counts and number
 }
 
 
-def _unknown_key_fix(loc: tuple[int | str, ...]) -> str:
-    """Remove it, or the keys of its section (did you mean ...?), and where they are
-    documented: guard keys in docs/guard.md, not examples/serve.yaml."""
+def _unknown_key_fix(loc: tuple[int | str, ...], *, variable: bool = False) -> str:
+    """Remove it (unset the `variable`), or the keys of its section (did you mean ...?,
+    as the variable to set), and where they are documented: guard keys in docs/guard.md,
+    not examples/serve.yaml."""
+    drop = "unset it" if variable else "remove it"
     if loc == ("admin_token",):
-        return f"remove it; the admin token is read only from ${ADMIN_TOKEN_ENV}(_FILE)"
+        return f"{drop}; the admin token is read only from ${ADMIN_TOKEN_ENV}(_FILE)"
     section: type[BaseModel] = ServiceConfig
     for part in loc[:-1]:
         inner = section.model_fields[str(part)].annotation
@@ -243,9 +289,14 @@ def _unknown_key_fix(loc: tuple[int | str, ...]) -> str:
         section = inner
     keys = sorted(set(section.model_fields) - {"evaluation_interval_s"})  # serve refuses it
     doc = "docs/guard.md" if loc[0] == "guard" else "examples/serve.yaml"
-    fix = f"remove it, or use one of {', '.join(keys)} ({doc})"
+    fix = f"{drop}, or use one of {', '.join(keys)} ({doc})"
     near = difflib.get_close_matches(str(loc[-1]), keys, n=1)
-    return fix + (f"; did you mean {near[0]!r}?" if near else "")
+    if not near:
+        return fix
+    if variable:
+        parts = [str(p).upper() for p in (*loc[:-1], near[0]) if isinstance(p, str)]
+        return f"{fix}; did you mean ${ENV_PREFIX}{'__'.join(parts)}?"
+    return f"{fix}; did you mean {near[0]!r}?"
 
 
 def admin_token(env: Mapping[str, str] | None = None) -> SecretStr | None:
