@@ -95,3 +95,37 @@ def test_an_infinite_environment_number_names_the_variable(
         "$SLAGUARD_SERVE_LOOPS__WEIGHTS_S: loops.weights_s: Input should be a finite number "
         "(got 'inf'); fix: correct the variable or unset it"
     )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "field"),
+    [
+        ("MIGRATE", "yes", "migrate"),
+        ("MIGRATE", "1", "migrate"),
+        ("GATEWAY__ENABLED", "no", "gateway.enabled"),
+        ("TELEMETRY__SCRAPE", "off", "telemetry.scrape"),
+        ("GUARD__BREAKER__AUTO_RETURN", "y", "guard.breaker.auto_return"),
+        ("MIGRATE", "", "migrate"),
+    ],
+)
+def test_an_environment_flag_is_true_or_false_as_in_the_file(
+    variable: str, value: str, field: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`SLAGUARD_SERVE_MIGRATE=yes` or `SLAGUARD_SERVE_GATEWAY__ENABLED=no` started
+    normally (read as pydantic's lax bool), though the file's `"yes"` and `1` are refused."""
+    monkeypatch.setenv(f"SLAGUARD_SERVE_{variable}", value)
+    with pytest.raises(ServiceConfigError) as err:
+        load_config()
+    assert str(err.value) == (
+        f"$SLAGUARD_SERVE_{variable}: {field}: Input should be a valid boolean (got "
+        f"{value!r}); fix: set it to true or false, or unset it"
+    )
+
+
+@pytest.mark.parametrize(("value", "read"), [("TRUE", True), ("False", False), (" true ", True)])
+def test_an_environment_flag_may_be_written_in_any_case(
+    value: str, read: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the file's `True` and `FALSE` (YAML's own)."""
+    monkeypatch.setenv("SLAGUARD_SERVE_GATEWAY__ENABLED", value)
+    assert load_config().gateway.enabled is read

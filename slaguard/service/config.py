@@ -125,13 +125,25 @@ class _TypedEnv(EnvSettingsSource):
     """The environment, each whole number or flag read as its field's type first: a
     variable is text by nature (`..._AUTO_RETURN=true`, `..._TRIP_AFTER=5`), while the
     file's `trip_after: true` or `auto_return: "yes"` is a mistake the strict fields
-    refuse. A text that does not read as the type is left for the field's own error."""
+    refuse. A flag is `true` or `false` in any case, as in the file (pydantic's lax bool
+    took `yes`, `1`, `off`). A text that does not read as the type is left for the
+    field's own error."""
 
     def __call__(self) -> dict[str, Any]:
         return _typed(self.settings_cls, super().__call__())
 
 
-_READERS: dict[Any, TypeAdapter[Any]] = {int: TypeAdapter(int), bool: TypeAdapter(bool)}
+class _FlagText:
+    """`true` or `false` in any case (YAML's `True`, `FALSE`), nothing else."""
+
+    @staticmethod
+    def validate_python(text: str) -> bool:
+        if text.lower() not in ("true", "false"):
+            raise ValueError(text)
+        return text.lower() == "true"
+
+
+_READERS: dict[Any, Any] = {int: TypeAdapter(int), bool: _FlagText}
 
 
 def _typed(model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +156,7 @@ def _typed(model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, dict) and isinstance(kind, type) and issubclass(kind, BaseModel):
             out[key] = _typed(kind, value)
         elif isinstance(value, str) and kind in _READERS:
-            with contextlib.suppress(ValidationError):  # its own error names the variable
+            with contextlib.suppress(ValueError):  # its own error names the variable
                 out[key] = _READERS[kind].validate_python(value.strip())
     return out
 
@@ -259,7 +271,8 @@ def _config_error(err: Any, file_source: str, flags: Mapping[str, Any]) -> str:
     if flag:
         return f"{flag}: {err['msg']}{shown}; fix: pass a valid value"
     if variable is not None:
-        where, fix = f"${variable}", "correct the variable or unset it"
+        fix = _VARIABLE_FIXES.get(err["type"], "correct the variable or unset it")
+        where = f"${variable}"
     else:
         what = _TYPE_FIXES.get(err["type"], "correct the value")
         where, fix = file_source, f"{what} (or set ${env_name})"
@@ -272,6 +285,9 @@ _TYPE_FIXES = {  # the file's values of the wrong kind (flags, counts and number
     "number_type": "write a number",
     "finite_number": "write a finite number",
 }
+
+
+_VARIABLE_FIXES = {"bool_type": "set it to true or false, or unset it"}
 
 
 def _unknown_key_fix(loc: tuple[int | str, ...], *, variable: bool = False) -> str:
