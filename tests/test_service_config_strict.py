@@ -129,3 +129,41 @@ def test_an_environment_flag_may_be_written_in_any_case(
     """As the file's `True` and `FALSE` (YAML's own)."""
     monkeypatch.setenv("SLAGUARD_SERVE_GATEWAY__ENABLED", value)
     assert load_config().gateway.enabled is read
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "got"),
+    [
+        ("gateway: {connect_timeout_s: .nan}", "gateway.connect_timeout_s", "nan"),
+        ("gateway: {connect_timeout_s: .inf}", "gateway.connect_timeout_s", "inf"),
+        ("gateway: {chars_per_token: -.inf}", "gateway.chars_per_token", "-inf"),
+        ("telemetry: {stale_after_s: .nan}", "telemetry.stale_after_s", "nan"),
+        ("telemetry: {scrape_interval_s: .inf}", "telemetry.scrape_interval_s", "inf"),
+        ("rollout: {baseline_s: .nan}", "rollout.baseline_s", "nan"),
+        ("rollout: {stage_s: .nan}", "rollout.stage_s", "nan"),
+        ("loops: {detectors_s: .nan}", "loops.detectors_s", "nan"),
+        ("loops: {weights_s: .nan}", "loops.weights_s", "nan"),
+    ],
+)
+def test_a_number_that_is_not_finite_is_refused_as_such_in_every_section(
+    text: str, field: str, got: str, tmp_path: Path
+) -> None:
+    """`connect_timeout_s: .nan` said `Input should be less than or equal to 60 (got nan);
+    fix: correct the value`: the bound was checked before finiteness, outside `guard:`."""
+    message = _file_error(tmp_path, text)
+    assert message == (
+        f"{field}: Input should be a finite number (got {got}); fix: {FINITE} (or set "
+        f"$SLAGUARD_SERVE_{_variable(field)})"
+    )
+
+
+def test_a_bounded_environment_number_that_is_not_finite_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SLAGUARD_SERVE_GATEWAY__CONNECT_TIMEOUT_S", "nan")
+    with pytest.raises(ServiceConfigError) as err:
+        load_config()
+    assert str(err.value) == (
+        "$SLAGUARD_SERVE_GATEWAY__CONNECT_TIMEOUT_S: gateway.connect_timeout_s: Input should be "
+        "a finite number (got 'nan'); fix: correct the variable or unset it"
+    )

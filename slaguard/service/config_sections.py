@@ -45,9 +45,10 @@ Alertmanager alerts may be listed in `rollback_alerts` with severities of their 
 
 class _Section(BaseModel):
     """As strict as `guard:`: `Flag`s true or false, `Whole` counts as written, `Number`s
-    finite and never true/false."""
+    finite and never true/false. Finite for the whole model, as `guard:` is: `Number`'s
+    own check runs after a field's bounds, so `.nan` was "less than or equal to 60"."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class TelemetryConfig(_Section):
