@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
 from slaguard.cli.main import app
+from slaguard.cli.serve import _listen_source
 from slaguard.service.bootstrap import build_service
 from slaguard.service.config import load_config
 from slaguard.service.local import free_port
@@ -114,11 +115,45 @@ def test_a_taken_port_or_foreign_address_is_one_line_before_anything_starts(
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr == (
         f"error: cannot listen on 127.0.0.1:{port}: Address already in use; fix: pick a free "
-        "port (--port or SLAGUARD_SERVE_PORT) or stop what listens there\n"
+        "port (--port) or stop what listens there\n"
     )
     foreign = CliRunner().invoke(app, ["serve", "--db", str(db), "--host", "192.0.2.1"])
     assert foreign.exit_code == 2 and foreign.stderr.endswith(
-        "fix: use an address of this machine (--host or SLAGUARD_SERVE_HOST)\n"
+        "fix: use an address of this machine (--host)\n"
+    )
+    assert not db.exists()
+
+
+def test_a_listen_refusal_names_where_the_address_came_from(tmp_path: Path) -> None:
+    """`host: 192.0.2.1` in the file said `fix: use an address of this machine (--host or
+    SLAGUARD_SERVE_HOST)`, neither of which had been given; a taken port likewise."""
+    db, config = tmp_path / "audit.db", tmp_path / "serve.yaml"
+    config.write_text("host: 192.0.2.1\n")
+    args = ["serve", "--db", str(db), "--config", str(config)]
+    runner = CliRunner()
+    from_file = runner.invoke(app, args)
+    assert from_file.exit_code == 2 and from_file.stdout == ""
+    assert from_file.stderr.startswith("error: cannot listen on 192.0.2.1:8080: ")
+    assert from_file.stderr.endswith(f"; fix: use an address of this machine ({config}: host)\n")
+    from_env = runner.invoke(app, args, env={"SLAGUARD_SERVE_HOST": "203.0.113.7"})
+    assert from_env.exit_code == 2 and from_env.stderr.endswith(
+        "; fix: use an address of this machine ($SLAGUARD_SERVE_HOST)\n"
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config.write_text(f"port: {port}\n")
+        file_port = runner.invoke(app, args)
+        env_port = runner.invoke(
+            app, ["serve", "--db", str(db)], env={"SLAGUARD_SERVE_PORT": str(port)}
+        )
+    assert file_port.exit_code == 2 and file_port.stderr == (
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use; fix: pick a free "
+        f"port ({config}: port) or stop what listens there\n"
+    )
+    assert env_port.exit_code == 2 and env_port.stderr.endswith(
+        "fix: pick a free port ($SLAGUARD_SERVE_PORT) or stop what listens there\n"
     )
     assert not db.exists()
 
@@ -351,3 +386,12 @@ def test_a_database_down_at_start_is_one_error_line_with_its_fix(
     assert line.startswith("not ready: audit database unreachable: connection failed: "), line
     assert "Connection refused; fix: start the database" in line and "psycopg" not in line
     assert problem is not None and "fix: start the database" in problem  # /readyz says it too
+
+
+def test_a_default_listen_address_names_where_to_change_it(tmp_path: Path) -> None:
+    config = tmp_path / "serve.yaml"
+    config.write_text("host: 0.0.0.0\n")
+    assert _listen_source("port", None, config, load_config(config)) == (
+        "the default; set --port, $SLAGUARD_SERVE_PORT or the config's port"
+    )
+    assert _listen_source("host", None, config, load_config(config)) == f"{config}: host"

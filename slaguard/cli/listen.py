@@ -27,7 +27,7 @@ grace period."""
 def check_can_listen(host: str, port: int, *, port_fix: str, host_fix: str) -> None:
     """Refuse a taken or unusable address in one line before any work starts (uvicorn
     would find out only after the app was built). `port_fix` / `host_fix` name where the
-    value comes from."""
+    value came from (`--port`, `$SLAGUARD_SERVE_HOST`, `serve.yaml: host`)."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         with socket.socket(family, kind, proto) as probe:

@@ -26,7 +26,13 @@ from slaguard.fleet import FleetError
 from slaguard.notify.factory import NotifyConfigError
 from slaguard.service.app import create_app
 from slaguard.service.bootstrap import build_service
-from slaguard.service.config import ENV_PREFIX, ServiceConfigError, admin_token, load_config
+from slaguard.service.config import (
+    ENV_PREFIX,
+    ServiceConfig,
+    ServiceConfigError,
+    admin_token,
+    load_config,
+)
 
 
 def _db_source(flag: str | None, config_file: Path | None, configured: str | None) -> str:
@@ -38,6 +44,19 @@ def _db_source(flag: str | None, config_file: Path | None, configured: str | Non
     if config_file is not None and configured is not None:
         return f"{config_file}: db"
     return db_url_source(None, "--db")  # $SLAGUARD_DB, or the default in ./
+
+
+def _listen_source(field: str, flag: object, config_file: Path | None, cfg: ServiceConfig) -> str:
+    """Where the listen address's `host` or `port` came from, to name it in a refusal
+    (a file's `host:` was blamed on `--host or SLAGUARD_SERVE_HOST`)."""
+    variable = f"{ENV_PREFIX}{field.upper()}"
+    if flag is not None:
+        return f"--{field}"
+    if variable in {k.upper() for k in os.environ}:
+        return f"${variable}"
+    if config_file is not None and field in cfg.model_fields_set:
+        return f"{config_file}: {field}"
+    return f"the default; set --{field}, ${variable} or the config's {field}"
 
 
 def _spill_source(config_file: Path | None, configured: Path | None, path: Path) -> str:
@@ -104,8 +123,8 @@ def serve(
         check_can_listen(
             cfg.host,
             cfg.port,
-            port_fix="--port or SLAGUARD_SERVE_PORT",
-            host_fix="--host or SLAGUARD_SERVE_HOST",
+            port_fix=_listen_source("port", port, config_file, cfg),
+            host_fix=_listen_source("host", host, config_file, cfg),
         )
         # Before the build, so the writer's replay of a left journal and a failed
         # migration are logged like the rest; Alembic's own INFO lines stay out of it.
