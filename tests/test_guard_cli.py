@@ -223,7 +223,8 @@ def test_bad_input_is_one_line_and_exit_2(audit_engine: Engine, tmp_path: Path) 
     with pytest.MonkeyPatch.context() as mp:  # a relative file, run from another directory
         mp.chdir(elsewhere)
         assert one_line_error("status", "--db", "sqlite:///sub/x.db").startswith(
-            f"error: --db: SQLite file {elsewhere / 'sub' / 'x.db'} does not exist; fix: "
+            f"error: --db: SQLite file {elsewhere / 'sub' / 'x.db'} does not exist, nor does "
+            f"its directory {elsewhere / 'sub'}; fix: "
         )
     unreachable = "postgresql+psycopg://postgres@127.0.0.1:1/x"
     assert "cannot reach database" in one_line_error("rollback", "--reason", "x", "--db",
