@@ -24,8 +24,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy slaguard
 
+# Two workers, a test file each; the `serial` tests (one restarts PostgreSQL) run after, alone.
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(BIN)/pytest -q --durations=15
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m 'not serial' --durations=15
+	$(BIN)/pytest -q -m serial
 
 bench: $(STAMP)
 	$(BIN)/python bench/route.py

@@ -25,6 +25,7 @@ from slaguard.service.app import create_app
 from slaguard.service.bootstrap import Service, build_service
 from slaguard.service.config import load_config
 
+pytestmark = pytest.mark.serial  # every generated item has one node id: xdist runs only one
 TOKEN = "schemathesis-admin-token-0123"
 CASES_PER_OPERATION = 110
 MIN_TOTAL_CASES = 1000

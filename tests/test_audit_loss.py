@@ -105,6 +105,7 @@ def restartable_cluster(pg_url: URL) -> Iterator[Callable[[], subprocess.Popen[b
 
 
 @pytest.mark.postgres
+@pytest.mark.serial
 def test_postgres_server_restart_mid_stream(
     pg_engine: Engine,
     tmp_path: Path,

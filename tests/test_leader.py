@@ -64,7 +64,8 @@ def test_a_terminated_session_loses_leadership(
     assert a.poll() and not b.poll()
     with psycopg.connect(libpq_url(pg_url), autocommit=True) as admin:
         admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = %s AND datname = current_database()",
             (APPLICATION_PREFIX + "a",),
         )
     assert poll_until(b, 5.0) < 5.0

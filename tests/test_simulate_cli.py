@@ -317,7 +317,7 @@ def test_one_of_a_kind_reads_singular_and_a_missing_rate_is_a_bare_dash(tmp_path
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:50.0,500,10\n")
     result = runner.invoke(app, ["simulate", "--fleet", str(fleet), "--trace", str(trace)])
     assert result.exit_code == 0, result.output
-    assert "1 request (1 completed, 0 rejected, 0 failed)" in result.stdout
+    assert "1 request (1 completed, 0 rejected, 0 failed)" in " ".join(result.stdout.split())
     lines = result.stdout.splitlines()
     rates = [line.split("│")[2].strip() for line in lines if "priority" in line]
     assert sorted(rates) == ["-", "-", "0.00 %"]
