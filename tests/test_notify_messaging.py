@@ -119,6 +119,15 @@ def test_resolved_has_no_resume_command_and_relative_links_are_text() -> None:
     assert "Runbook: `docs/guard.md#runbook`" in body
 
 
+def test_a_resolution_by_a_hold_says_how_to_leave_it() -> None:
+    """The hold resolves the incident, and nothing automatic leaves it: the thread's last
+    message is where an on-call looks for the way back."""
+    held = replace(incident(IncidentState.RESOLVED, 2), mode_after="held_round_robin")
+    body = _texts(build_message(held, LINKS).blocks)
+    assert "Nothing automatic leaves the hold. To resume once it is safe" in body
+    assert "slaguard resume --stage 10 --reason 'incident inc-300-1 reviewed'" in body
+
+
 HOSTILE = "9f3a<!channel> <http://evil|click> & `x` *b*\r\nfake: line"
 """A prefix id a client chose: a channel ping, a fake link, a code span breaker, a CR/LF."""
 

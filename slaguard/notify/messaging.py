@@ -23,6 +23,7 @@ from sqlalchemy.engine import URL, make_url
 from slaguard.audit.engine import DB_ENV_VAR, DEFAULT_SQLITE_FILE
 from slaguard.guard.events import IncidentEvent, IncidentState
 from slaguard.plaintext import visible
+from slaguard.scheduler.rollout import HELD_ROUND_ROBIN
 
 HEADER_MAX = 150
 SECTION_TEXT_MAX = 3000
@@ -130,6 +131,8 @@ def _resume_text(event: IncidentEvent, guard_db_url: str | None) -> str:
     if guard_db_url is not None and make_url(guard_db_url).password is not None:
         where = _PASSWORD_FROM
     command = _code(resume_command(event, guard_db_url))
+    if event.mode_after == HELD_ROUND_ROBIN.label:
+        return f"Nothing automatic leaves the hold. To resume once it is safe{where}:\n{command}"
     return f"To resume the learned policy once it is safe{where}:\n{command}"
 
 
@@ -203,7 +206,8 @@ def build_message(event: IncidentEvent, links: MessageLinks) -> SlackMessage:
         {"type": "section", "fields": facts},
     ]
     blocks += _evidence_blocks(event)
-    if event.state is not IncidentState.RESOLVED:
+    # Resolved, the fleet is back or a human took it; held, the thread must say how out.
+    if event.state is not IncidentState.RESOLVED or event.mode_after == HELD_ROUND_ROBIN.label:
         blocks.append(_section(_resume_text(event, links.guard_db_url)))
     blocks += _link_blocks(links)
     change = f"{event.mode_before} -> {event.mode_after}"
