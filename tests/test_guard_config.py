@@ -141,7 +141,8 @@ def test_an_environment_count_that_is_no_number_names_the_variable(
 ) -> None:
     assert _env_error(monkeypatch, "SLAGUARD_SERVE_GUARD__BREAKER__TRIP_AFTER", "true") == (
         "$SLAGUARD_SERVE_GUARD__BREAKER__TRIP_AFTER: guard.breaker.trip_after: Input should "
-        "be a valid integer (got 'true'); fix: correct the variable or unset it"
+        "be a valid integer (got 'true'); fix: set it to a whole number in digits, like 3, or "
+        "unset it"
     )
 
 

@@ -122,6 +122,45 @@ def test_an_environment_flag_is_true_or_false_as_in_the_file(
     )
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "field"),
+    [
+        ("PORT", "9000.0", "port"),
+        ("PORT", "1_000", "port"),
+        ("PORT", "+9000", "port"),
+        ("PORT", "abc", "port"),
+        ("MAX_PENDING_DECISIONS", "1000.0", "max_pending_decisions"),
+        ("GATEWAY__MAX_CONNECTIONS", "20.0", "gateway.max_connections"),
+        ("GUARD__BREAKER__TRIP_AFTER", "3.0", "guard.breaker.trip_after"),
+    ],
+)
+def test_an_environment_whole_number_is_digits_only(
+    variable: str, value: str, field: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`SLAGUARD_SERVE_PORT=9000.0` listened on 9000 (pydantic's lax int read it), though
+    the file's `port: 9000.0` is refused."""
+    monkeypatch.setenv(f"SLAGUARD_SERVE_{variable}", value)
+    with pytest.raises(ServiceConfigError) as err:
+        load_config()
+    assert str(err.value) == (
+        f"$SLAGUARD_SERVE_{variable}: {field}: Input should be a valid integer (got "
+        f"{value!r}); fix: set it to a whole number in digits, like 3, or unset it"
+    )
+
+
+def test_a_negative_environment_whole_number_meets_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A minus sign is read, so the bound's own words say what is wrong."""
+    monkeypatch.setenv("SLAGUARD_SERVE_GATEWAY__MAX_CONNECTIONS", "-5")
+    with pytest.raises(ServiceConfigError) as err:
+        load_config()
+    assert str(err.value) == (
+        "$SLAGUARD_SERVE_GATEWAY__MAX_CONNECTIONS: gateway.max_connections: Input should be "
+        "greater than or equal to 1 (got -5); fix: correct the variable or unset it"
+    )
+
+
 @pytest.mark.parametrize(("value", "read"), [("TRUE", True), ("False", False), (" true ", True)])
 def test_an_environment_flag_may_be_written_in_any_case(
     value: str, read: bool, monkeypatch: pytest.MonkeyPatch

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +21,6 @@ from pydantic import (
     BaseModel,
     Field,
     SecretStr,
-    TypeAdapter,
     ValidationError,
     field_validator,
 )
@@ -126,8 +126,9 @@ class _TypedEnv(EnvSettingsSource):
     variable is text by nature (`..._AUTO_RETURN=true`, `..._TRIP_AFTER=5`), while the
     file's `trip_after: true` or `auto_return: "yes"` is a mistake the strict fields
     refuse. A flag is `true` or `false` in any case, as in the file (pydantic's lax bool
-    took `yes`, `1`, `off`). A text that does not read as the type is left for the
-    field's own error."""
+    took `yes`, `1`, `off`); a whole number is digits (pydantic's lax int took `9000.0`,
+    `1_000`, `+9000`). A text that does not read as the type is left for the field's own
+    error."""
 
     def __call__(self) -> dict[str, Any]:
         return _typed(self.settings_cls, super().__call__())
@@ -143,7 +144,17 @@ class _FlagText:
         return text.lower() == "true"
 
 
-_READERS: dict[Any, Any] = {int: TypeAdapter(int), bool: _FlagText}
+class _WholeText:
+    """Digits, with a minus sign for a bound's own words (`-5`: "at least 1")."""
+
+    @staticmethod
+    def validate_python(text: str) -> int:
+        if re.fullmatch(r"-?[0-9]+", text) is None:
+            raise ValueError(text)
+        return int(text)
+
+
+_READERS: dict[Any, Any] = {int: _WholeText, bool: _FlagText}
 
 
 def _typed(model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
@@ -287,7 +298,10 @@ _TYPE_FIXES = {  # the file's values of the wrong kind (flags, counts and number
 }
 
 
-_VARIABLE_FIXES = {"bool_type": "set it to true or false, or unset it"}
+_VARIABLE_FIXES = {
+    "bool_type": "set it to true or false, or unset it",
+    "int_type": "set it to a whole number in digits, like 3, or unset it",
+}
 
 
 def _unknown_key_fix(loc: tuple[int | str, ...], *, variable: bool = False) -> str:
