@@ -7,6 +7,7 @@ this module is the one place that wording lives.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Hashable
 from pathlib import Path
@@ -76,8 +77,8 @@ MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping: in a fleet file
-    the second `targets:` replaced the first without a word."""
+    """PyYAML's safe loader, refusing a key given twice in one mapping (in a fleet file
+    the second `targets:` replaced the first without a word), with YAML 1.2's booleans."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first: dict[Any, yaml.Mark] = {}  # where each key was first given, for the message
@@ -93,6 +94,20 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 )
             first[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
+
+
+BOOL_TAG = "tag:yaml.org,2002:bool"
+
+# YAML 1.2's booleans only: PyYAML resolves YAML 1.1's `yes`, `no`, `on` and `off` too, so
+# `migrate: yes` was true though `SLAGUARD_SERVE_MIGRATE=yes` is refused and `id: no` was
+# false. They stay text here, for the strict fields to refuse or take as text.
+UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != BOOL_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+UniqueKeyLoader.add_implicit_resolver(
+    BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 
 def parse_user_yaml(text: str, source: str, error: type[Exception]) -> Any:

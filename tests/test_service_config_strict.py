@@ -65,6 +65,36 @@ def test_a_loose_value_in_any_section_is_refused_in_one_line(
 
 
 @pytest.mark.parametrize(
+    ("text", "field", "got"),
+    [
+        ("migrate: yes", "migrate", "'yes'"),
+        ("migrate: No", "migrate", "'No'"),
+        ("migrate: on", "migrate", "'on'"),
+        ("telemetry: {scrape: OFF}", "telemetry.scrape", "'OFF'"),
+        ("gateway: {enabled: off}", "gateway.enabled", "'off'"),
+        ("guard: {breaker: {auto_return: yes}}", "guard.breaker.auto_return", "'yes'"),
+    ],
+)
+def test_a_yaml_1_1_boolean_is_no_flag(text: str, field: str, got: str, tmp_path: Path) -> None:
+    """PyYAML reads `yes`, `no`, `on` and `off` as booleans (YAML 1.1), so `migrate: yes`
+    was true though `SLAGUARD_SERVE_MIGRATE=yes` is refused."""
+    assert _file_error(tmp_path, text) == (
+        f"{field}: Input should be a valid boolean (got {got}); fix: {FLAG} (or set "
+        f"$SLAGUARD_SERVE_{_variable(field)})"
+    )
+
+
+@pytest.mark.parametrize(("text", "read"), [("true", True), ("False", False), ("TRUE", True)])
+def test_a_file_flag_is_true_or_false_in_yamls_three_spellings(
+    text: str, read: bool, tmp_path: Path
+) -> None:
+    path = tmp_path / "serve.yaml"
+    path.write_text(f"migrate: {text}\ngateway: {{enabled: {text}}}\n")
+    config = load_config(path)
+    assert config.migrate is read and config.gateway.enabled is read
+
+
+@pytest.mark.parametrize(
     ("variable", "value", "section", "key", "read"),
     [
         ("TELEMETRY__SCRAPE", "false", "telemetry", "scrape", False),

@@ -10,7 +10,7 @@ import pytest
 from slaguard.fleet.fleet import FleetError, load_fleet
 from slaguard.service.config import ServiceConfigError, load_config
 from slaguard.sim.faults import FaultError, load_faults
-from slaguard.userfiles import USER_FILE_MAX_BYTES, read_user_text
+from slaguard.userfiles import USER_FILE_MAX_BYTES, parse_user_yaml, read_user_text
 
 
 def test_missing_directory_and_binary_files_name_the_file_and_fix(tmp_path: Path) -> None:
@@ -78,3 +78,13 @@ def test_a_file_at_the_size_limit_is_read(tmp_path: Path) -> None:
     big = tmp_path / "scenario.yaml"
     big.write_bytes(b"#" * USER_FILE_MAX_BYTES)
     assert len(read_user_text(big, FaultError, "scenario file")) == USER_FILE_MAX_BYTES
+
+
+def test_only_yaml_1_2_booleans_are_booleans() -> None:
+    """`yes`, `no`, `on` and `off` stay text (YAML 1.2), for the strict fields to refuse:
+    PyYAML (YAML 1.1) made `enabled: on` true and `id: no` false."""
+    text = "a: [yes, No, on, OFF, y, n]\nb: [true, True, TRUE, false, False, FALSE]\n"
+    assert parse_user_yaml(text, "x.yaml", ValueError) == {
+        "a": ["yes", "No", "on", "OFF", "y", "n"],
+        "b": [True, True, True, False, False, False],
+    }

@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -27,9 +27,9 @@ from pydantic import (
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    YamlConfigSettingsSource,
 )
 
 from slaguard.audit.engine import DatabaseUrlError, resolve_db_url
@@ -87,6 +87,11 @@ class ServiceConfig(BaseSettings):
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
+    _file_values: ClassVar[dict[str, Any]] = {}
+    """The config file as `load_user_yaml` read it (YAML 1.2 booleans, duplicate keys
+    refused), set by `load_config`: pydantic-settings' YAML source would read the file
+    again with PyYAML's `safe_load`, where `migrate: yes` is true."""
+
     @field_validator("fleet", "db", "spill_dir", "notify_file", mode="before")
     @classmethod
     def _not_blank(cls, value: Any) -> Any:
@@ -116,8 +121,8 @@ class ServiceConfig(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, _TypedEnv(settings_cls)]
-        if settings_cls.model_config.get("yaml_file") is not None:
-            sources.append(YamlConfigSettingsSource(settings_cls))
+        if cls._file_values:
+            sources.append(InitSettingsSource(settings_cls, cls._file_values))
         return tuple(sources)
 
 
@@ -193,7 +198,7 @@ def load_config(
     if path is not None:
 
         class _FromFile(ServiceConfig):
-            model_config = SettingsConfigDict(yaml_file=path, yaml_file_encoding="utf-8")
+            _file_values = raw or {}
 
         cls = _FromFile
     try:
