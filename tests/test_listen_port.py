@@ -1,8 +1,12 @@
-"""A listen port out of range is refused in the same words by `slaguard serve` (its flag,
-variable and config file) and `slaguard emulate`: one line, exit 2, nothing started."""
+"""A listen port out of range, or one that needs privileges, is refused in the same words
+by `slaguard serve` (its flag, variable and config file) and `slaguard emulate`: one line,
+exit 2, nothing started."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,3 +65,52 @@ def test_a_port_that_is_no_number_is_worded_alike(command: list[str]) -> None:
         "error: --port: 'abc': input should be a valid integer, unable to parse string as an "
         f"integer; see 'slaguard {command[0]} --help'"
     )
+
+
+def _privileged_port() -> int:
+    """A port below `net.ipv4.ip_unprivileged_port_start` (1024 unless an admin moved it)."""
+    start = int(Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text())
+    if start <= 1:
+        pytest.skip(f"no port needs privileges here (ip_unprivileged_port_start={start})")
+    return min(start - 1, 1023)
+
+
+def _without_bind_privilege() -> list[str]:
+    """A command prefix without CAP_NET_BIND_SERVICE: root drops it with util-linux's
+    setpriv (keeping the rest, so the files stay readable); another user lacks it."""
+    if os.geteuid() != 0:
+        return []
+    return ["setpriv", "--bounding-set=-net_bind_service", "--inh-caps=-net_bind_service"]
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "source"),
+    [
+        (["serve", "--db", "{db}"], {"SLAGUARD_SERVE_PORT": "{port}"}, "$SLAGUARD_SERVE_PORT"),
+        (["emulate", "--card", "l40s", "--port", "{port}"], {}, "--port"),
+    ],
+)
+def test_a_port_that_needs_privileges_says_so(
+    command: list[str], env: dict[str, str], source: str, tmp_path: Path
+) -> None:
+    """The kernel's EACCES for a port below 1024 without CAP_NET_BIND_SERVICE was worded
+    as a wrong address: `fix: use an address of this machine (--host)`. Run for real, not
+    mocked: the bind is refused by the kernel, so the port is never taken."""
+    port, db = _privileged_port(), tmp_path / "audit.db"
+    fill = {"port": str(port), "db": str(db)}
+    result = subprocess.run(
+        [*_without_bind_privilege(), sys.executable, "-m", "slaguard"]
+        + [arg.format(**fill) for arg in command],
+        env=os.environ | {k: v.format(**fill) for k, v in env.items()},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert result.stderr == (
+        f"error: cannot listen on 127.0.0.1:{port}: Permission denied (port {port} needs "
+        f"privileges: root or CAP_NET_BIND_SERVICE); fix: use a port of 1024 or above "
+        f"({source})\n"
+    )
+    assert not db.exists()
