@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 
-from slaguard.fleet import FleetError, Priority, Request, build_fleet
+from slaguard.fleet import FleetError, Priority, Request, build_fleet, load_fleet
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN
 
@@ -171,6 +173,37 @@ def test_loose_values_are_refused(doc: dict[str, object], expected: str) -> None
     with pytest.raises(FleetError) as err:
         build_fleet(doc, "fleet.yaml")
     assert str(err.value).startswith(f"fleet.yaml: {expected}")
+
+
+_NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({"sla": _sla(ttft_s=_NAN)}, "sla.high.ttft_s"),
+        ({"sla": _sla(share=_NAN)}, "sla.high.share"),
+        ({"cards": {"x": _card(memory_gb=_NAN)}}, "cards.x.memory_gb"),
+        ({"cards": {"x": _card(failure_rate_per_hour=_NAN)}}, "cards.x.failure_rate_per_hour"),
+        ({"models": {"m": {**_LLAMA_8B, "params_b": _NAN}}}, "models.m.params_b"),
+        (
+            {"models": {"m": {**_LLAMA_8B, "activation_buffer_gb": _NAN}}},
+            "models.m.activation_buffer_gb",
+        ),
+    ],
+)
+def test_a_nan_is_refused_as_not_finite_before_any_bound(
+    doc: dict[str, object], field: str, tmp_path: Path
+) -> None:
+    """`ttft_s: .nan` said `Input should be greater than 0 (got nan); fix: use a number
+    above 0`, `share: .nan` "at most 1": the bound was checked before finiteness."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump({**doc, "targets": [_TARGET]}))  # nan written as `.nan`
+    with pytest.raises(FleetError) as err:
+        load_fleet(path)
+    assert str(err.value) == (
+        f"{path}: {field}: Input should be a finite number (got nan); fix: write a finite number"
+    )
 
 
 def test_numbers_as_yaml_writes_them_still_pass() -> None:

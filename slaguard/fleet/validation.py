@@ -23,8 +23,10 @@ def _not_bool(value: object) -> object:
     return value
 
 
-Number = Annotated[float, BeforeValidator(_not_bool), Field(allow_inf_nan=False)]
-"""A finite float. A string stays accepted: PyYAML reads `1e-5` (no dot) as one."""
+Number = Annotated[float, Field(allow_inf_nan=False), BeforeValidator(_not_bool)]
+"""A finite float. A string stays accepted: PyYAML reads `1e-5` (no dot) as one.
+Finiteness is the float's own check, so it comes before a field's bounds (`gt=0`): put
+after the validator, it ran after them, and `.nan` was "greater than 0"."""
 
 Whole = Annotated[int, Field(strict=True)]
 """An int as written: no `true`, no `"4"`, no `4.0`."""

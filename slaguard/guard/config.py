@@ -26,8 +26,9 @@ sample. 2,000 is a day in 45 s slices; the defaults use 60."""
 
 
 class _Strict(BaseModel):
-    # no inf: `window_s: .inf` crashed the start (OverflowError), `cooldown_s: .inf` never ended
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # every number a finite `Number`: `window_s: .inf` crashed the start (OverflowError),
+    # `cooldown_s: .inf` never ended
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def _slices(window_s: float, slice_s: float, names: str) -> int:

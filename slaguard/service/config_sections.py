@@ -45,10 +45,10 @@ Alertmanager alerts may be listed in `rollback_alerts` with severities of their 
 
 class _Section(BaseModel):
     """As strict as `guard:`: `Flag`s true or false, `Whole` counts as written, `Number`s
-    finite and never true/false. Finite for the whole model, as `guard:` is: `Number`'s
-    own check runs after a field's bounds, so `.nan` was "less than or equal to 60"."""
+    finite (refused as such before a bound: `.nan` is not "less than or equal to 60") and
+    never true/false."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TelemetryConfig(_Section):
