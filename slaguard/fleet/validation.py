@@ -42,6 +42,7 @@ _FIXES = {  # by pydantic error type; the bound comes from the error's context
     "number_type": "write a number",
     "finite_number": "write a finite number",
     "string_type": "write it as text",
+    "bool_type": "write true or false, without quotes",
     "string_too_short": "write a non-empty value",
     "too_short": "list at least {min_length} of them",
     "missing": "add it",

@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 from apscheduler.schedulers.background import BackgroundScheduler
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
@@ -38,6 +37,7 @@ from slaguard.audit.engine import (
     resolve_db_url,
 )
 from slaguard.audit.migrate import SchemaNotCurrentError, require_current_schema
+from slaguard.fleet.validation import explain
 from slaguard.guard.config import GuardConfig
 from slaguard.guard.events import GuardEvent, IncidentEvent, ModeChangedEvent
 from slaguard.guard.feed import AuditSampleFeed
@@ -46,6 +46,7 @@ from slaguard.guard.lease_pg import LEASE_S
 from slaguard.guard.runtime import GuardReplica
 from slaguard.notify.factory import NotifyConfigError, notifier_from_env
 from slaguard.scheduler.rollout import RolloutPlan
+from slaguard.userfiles import load_user_yaml
 
 _print_lock = threading.Lock()
 
@@ -79,10 +80,21 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+class RunnerConfigError(ValueError):
+    """The `--config` file cannot be read or is not a guard configuration."""
+
+
 def _config(path: Path | None) -> GuardConfig:
+    """The guard section read as `serve` reads its files: duplicate keys refused, only
+    true/false as booleans, one line naming the file, field, value and fix."""
     if path is None:
         return GuardConfig()
-    return GuardConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+    raw = load_user_yaml(path, RunnerConfigError, "guard config file") or {}
+    try:
+        return GuardConfig.model_validate(raw)
+    except ValidationError as exc:
+        field, problem, fix = explain(exc.errors(), GuardConfig)
+        raise RunnerConfigError(f"{path}: {field}: {problem}; fix: {fix}") from None
 
 
 def _report(replica: GuardReplica, events: list[GuardEvent]) -> None:
@@ -107,8 +119,8 @@ def run(args: argparse.Namespace) -> int:
         engine = create_audit_engine(url)
         require_current_schema(engine)
     except (
-        DatabaseUrlError, NotifyConfigError, SchemaNotCurrentError, ValidationError, OSError,
-        SQLAlchemyError, yaml.YAMLError,
+        DatabaseUrlError, NotifyConfigError, SchemaNotCurrentError, RunnerConfigError,
+        OSError, SQLAlchemyError,
     ) as exc:  # fmt: skip
         emit("error", rid, where="start", detail=error_line(exc))
         return 2
