@@ -265,7 +265,7 @@ class MetricFamilies:
         )
         self.audit_refused = Counter(
             "slaguard_audit_records_refused_total",
-            "Audit records refused because the spill journal was full: decisions not audited.",
+            "Audit records refused (spill journal full or not writable): decisions not audited.",
             registry=r,
         )
         self.audit_unreadable = Counter(
