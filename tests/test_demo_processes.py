@@ -3,11 +3,13 @@ reach the demo alone: SIGTERM or SIGHUP used to end it at once and leave the fiv
 backends, `slaguard serve` and its audit writer running, ports open. A second Ctrl-C
 during the stop skipped the SIGKILL fallback while the CLI said every process stopped.
 Two demos in one work directory emptied each other's, and both exited 0. The start
-printed nothing for its first ~10 s.
+printed nothing for its first ~10 s. A process that outlived the stop, SIGKILL included,
+was a line on stdout naming its process group, and the demo exited as if all had stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -20,12 +22,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from held_exit import held_at_exit
 from helpers import wait_for
 from rich.console import Console
 
 import slaguard
-from slaguard.emulator.demo import CARDS, DemoPlan, running_stack
-from slaguard.emulator.stack import GRACE_S, Interrupted, Stack, StopSignals, group_running
+from slaguard.emulator.demo import CARDS, DemoPlan, run_demo, running_stack
+from slaguard.emulator.stack import (
+    GRACE_S,
+    Interrupted,
+    LeftRunning,
+    Stack,
+    StopSignals,
+    group_members,
+)
 
 pytestmark = pytest.mark.slow  # real processes
 ROOT = str(Path(slaguard.__file__).resolve().parents[1])
@@ -166,7 +176,7 @@ def test_a_second_ctrl_c_while_stopping_kills_at_once_and_the_stop_is_verified(
             began = time.monotonic()
             left = stack.stop()
             hurry.join()
-    assert left == {}
+    assert left == [] == stack.left
     assert time.monotonic() - began < GRACE_S / 3
     assert stubborn.returncode == -signal.SIGKILL
     assert not _running(grandchild)
@@ -178,12 +188,12 @@ def test_an_unreaped_zombie_is_not_a_running_process() -> None:
     wait_for("the child to exit", lambda: (_stat(child.pid) or ["Z"])[0] == "Z")
     try:
         os.killpg(child.pid, 0)  # still there for kill()
-        assert not group_running(child.pid)
+        assert group_members(child.pid) == []
     finally:
         child.wait()
     sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
-        assert group_running(sleeper.pid)
+        assert group_members(sleeper.pid) == [sleeper.pid]
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -192,7 +202,7 @@ def test_an_unreaped_zombie_is_not_a_running_process() -> None:
 def test_the_start_says_each_process_ready_as_it_comes(tmp_path: Path) -> None:
     out = io.StringIO()
     console = Console(file=out, width=200)
-    with running_stack(tmp_path, DemoPlan(), console, StopSignals()) as stack:
+    with running_stack(Stack(tmp_path), DemoPlan(), console) as stack:
         lines = out.getvalue().splitlines()
     assert lines[0] == (
         f"starting 5 emulated backends ({', '.join(CARDS)}), then slaguard serve; logs in "
@@ -223,4 +233,81 @@ def test_a_stop_signal_while_spawning_waits_until_the_child_is_recorded(
             stack.procs["child"] = subprocess.Popen(["sleep", "60"], start_new_session=True)
         raise AssertionError("the deferred signal was not raised")
     leftovers.add(stack.procs["child"].pid)
-    assert stack.stop() == {} and stack.procs["child"].returncode == -signal.SIGTERM
+    assert stack.stop() == [] and stack.procs["child"].returncode == -signal.SIGTERM
+
+
+def _audit_writer(pid: int) -> int | None:
+    """serve's audit writer among the descendants of `pid`."""
+    for child in _descendants(pid):
+        with contextlib.suppress(OSError):
+            if b"slaguard.audit.writer_process" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return child
+    return None
+
+
+WRITER = f"{Path(sys.executable).name} -m slaguard.audit.writer_process"
+"""How a survivor line names serve's audit writer."""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
+def test_a_process_that_outlives_the_stop_fails_the_demo_naming_it(
+    tmp_path: Path, leftovers: set[int]
+) -> None:
+    """SIGKILL does not end a process blocked in the kernel (state D, a hung disk): the
+    demo said "could not stop serve" on stdout and exited as after any stop (143 here, 0
+    at the end of a run), so a script never learnt that a process was left."""
+    demo = _demo(tmp_path / "wd", leftovers)
+    leftovers.update(wait_for("the demo's 7 processes", lambda: _all_started(demo), timeout_s=120))
+    writer = _audit_writer(demo.pid)
+    assert writer is not None
+    with held_at_exit(writer):
+        demo.send_signal(signal.SIGTERM)
+        out, err = demo.communicate(timeout=60)
+        assert _running(writer)
+    assert demo.returncode == 1, (out, err)
+    db = tmp_path / "wd" / "audit.db"
+    assert err == (
+        f"error: interrupted by SIGTERM; a partial audit DB is left in {db}\n"
+        f"error: pid {writer} ({WRITER}; started by serve) still runs after the demo's "
+        f"SIGKILL; fix: kill -KILL {writer}, and if it stays, `ps -o stat,wchan -p {writer}` "
+        "shows what it is blocked on\n"
+    )
+    assert "stopped the" not in out
+
+
+def _hold_the_writer(found: list[int], release: threading.Event, errors: list[str]) -> None:
+    """From a thread of its own (ptrace belongs to one thread): hold serve's audit writer
+    at its exit until `release`."""
+    try:
+        writer = wait_for("serve's audit writer", lambda: _audit_writer(os.getpid()), 120)
+        found.append(writer)
+        with held_at_exit(writer):
+            release.wait()
+    except (AssertionError, OSError) as exc:
+        errors.append(repr(exc))
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
+def test_a_run_that_ends_with_a_process_left_fails_after_its_report(tmp_path: Path) -> None:
+    """The end of a run exited 0 with a process left; the report still comes first."""
+    found: list[int] = []
+    errors: list[str] = []
+    release = threading.Event()
+    holder = threading.Thread(target=_hold_the_writer, args=(found, release, errors))
+    out = io.StringIO()
+    plan = DemoPlan(duration_s=2.0, drain_s=1.0, slow_at_s=60.0, hot_at_s=60.0)
+    holder.start()
+    try:
+        with pytest.raises(LeftRunning) as caught:
+            run_demo(tmp_path / "wd", plan, Console(file=out, width=200))
+    finally:
+        release.set()
+        holder.join()
+    assert errors == [] and len(found) == 1
+    assert caught.value.__context__ is None  # nothing else went wrong
+    assert [str(s) for s in caught.value.survivors] == [
+        f"pid {found[0]} ({WRITER}; started by serve) still runs after the demo's SIGKILL; "
+        f"fix: kill -KILL {found[0]}, and if it stays, `ps -o stat,wchan -p {found[0]}` shows "
+        "what it is blocked on"
+    ]
+    assert "\nwhere to look\n" in out.getvalue() and "stopped the" not in out.getvalue()

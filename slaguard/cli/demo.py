@@ -9,16 +9,17 @@ requests with both policies and explains each decision, without starting anythin
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from slaguard.cli.errors import fail
+from slaguard.cli.errors import fail, print_error
 from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.cli.paths import path_option
 from slaguard.emulator.demo import run_demo
-from slaguard.emulator.stack import Interrupted
+from slaguard.emulator.stack import Interrupted, LeftRunning
 from slaguard.emulator.workdir import DEFAULT_WORKDIR
 from slaguard.fleet import Fleet, Priority, Request
 from slaguard.scheduler.core import Scheduler
@@ -31,6 +32,8 @@ SHAPES: tuple[tuple[int, int, Priority], ...] = (
     (24_000, 300, Priority.LOW),
 )
 """(prompt tokens, new tokens, priority) sent to every model the fleet serves."""
+LEFT_RUNNING_EXIT = 1
+"""The demo's exit status when a process it started outlived its stop."""
 
 
 def sample_requests(fleet: Fleet) -> list[Request]:
@@ -64,6 +67,27 @@ def _describe(d: Decision) -> str:
     return "; ".join(parts)
 
 
+def _interrupted(exc: Interrupted, workdir: Path) -> str:
+    db = workdir / "audit.db"
+    left = f"; a partial audit DB is left in {db}" if db.exists() else ""
+    return f"interrupted by {exc}{left}"
+
+
+def _fail_left_running(exc: LeftRunning, workdir: Path) -> NoReturn:
+    """What ended the run, then one line per process left, and exit 1 whatever ended it
+    (a signal's 128 + N included): a script must learn that processes are still running."""
+    ended = exc.__context__
+    if isinstance(ended, Interrupted):
+        print_error(_interrupted(ended, workdir))
+    elif isinstance(ended, RuntimeError):
+        print_error(str(ended))
+    elif ended is not None:
+        print_error(f"the demo failed: {type(ended).__name__}: {ended}")
+    for survivor in exc.survivors[:-1]:
+        print_error(str(survivor))
+    fail(str(exc.survivors[-1]), code=LEFT_RUNNING_EXIT)
+
+
 def demo(
     fleet_file: Path | None = FleetOption,
     routing_only: bool = typer.Option(
@@ -80,10 +104,10 @@ def demo(
         workdir = workdir.absolute()  # every path printed is pasted elsewhere
         try:
             run_demo(workdir)
+        except LeftRunning as exc:
+            _fail_left_running(exc, workdir)
         except Interrupted as exc:  # the stop above said what it stopped
-            db = workdir / "audit.db"
-            left = f"; a partial audit DB is left in {db}" if db.exists() else ""
-            fail(f"interrupted by {exc}{left}", code=128 + exc.signo)
+            fail(_interrupted(exc, workdir), code=128 + exc.signo)
         except RuntimeError as exc:
             fail(str(exc))
         return

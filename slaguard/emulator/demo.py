@@ -40,7 +40,7 @@ from sqlalchemy import select
 from slaguard.audit.engine import DB_ENV_VAR, create_audit_engine
 from slaguard.audit.models import Incident
 from slaguard.emulator.loadgen import HotWindow, LoadGenerator
-from slaguard.emulator.stack import Stack, StopSignals, wait_ok
+from slaguard.emulator.stack import LeftRunning, Stack, StopSignals, wait_ok
 from slaguard.emulator.workdir import claimed_workdir
 from slaguard.notify.messaging import from_mrkdwn
 from slaguard.plaintext import visible
@@ -81,12 +81,10 @@ class DemoPlan:
 
 
 @contextlib.contextmanager
-def running_stack(
-    workdir: Path, plan: DemoPlan, console: Console, signals: StopSignals
-) -> Iterator[Stack]:
-    """Start the emulators and the service; stop them all on the way out, and say what
-    was seen stopped."""
-    stack = Stack(workdir, signals)
+def running_stack(stack: Stack, plan: DemoPlan, console: Console) -> Iterator[Stack]:
+    """Start the emulators and the service; stop them all on the way out, and say so once
+    all were seen stopped (what was not is in `stack.left`, for the caller to fail on)."""
+    workdir = stack.workdir
     began = time.monotonic()
 
     def ready(what: str) -> None:  # the start takes ~10 s: say each step, not only the end
@@ -135,15 +133,7 @@ def running_stack(
         ready(f"slaguard serve (gateway) on {stack.service_url}")
         yield stack
     finally:
-        left = stack.stop()
-        if left:
-            groups = " ".join(f"-{g}" for g in left.values())
-            console.print(
-                f"[bold red]could not stop[/] {', '.join(left)} (process groups {groups}); "
-                f"fix: kill -KILL -- {groups}",
-                highlight=False,
-            )
-        else:
+        if not stack.stop():
             console.print(
                 f"stopped the {len(stack.procs)} processes the demo started and the ones they "
                 "started",
@@ -347,12 +337,18 @@ def _run(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, list[float
 def run_demo(workdir: Path, plan: DemoPlan | None = None, console: Console | None = None) -> None:
     """The whole demo; `workdir` is emptied first and keeps the DB, config and logs
     (named by absolute path in all it prints). Ctrl-C, SIGTERM and SIGHUP stop it all
-    and raise `Interrupted`."""
+    and raise `Interrupted`; `LeftRunning` instead when a process outlived the stop (it
+    used to be a line on stdout, and the demo exited 0)."""
     workdir = workdir.absolute()
     plan = plan or DemoPlan()
     console = console or Console()
     say = functools.partial(console.print, highlight=False)
     with StopSignals().installed() as signals, claimed_workdir(workdir, say):
-        with running_stack(workdir, plan, console, signals) as stack:
-            every = _run(stack, plan, console)
-        _report(stack, every, console)
+        stack = Stack(workdir, signals)
+        try:
+            with running_stack(stack, plan, console):
+                every = _run(stack, plan, console)
+            _report(stack, every, console)
+        finally:
+            if stack.left:  # whatever else ended the run stays its __context__
+                raise LeftRunning(stack.left)

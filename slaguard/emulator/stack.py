@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -93,6 +94,8 @@ class Stack:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     emulators: dict[str, str] = field(default_factory=dict)
     service_url: str = ""
+    left: list[Survivor] = field(default_factory=list)
+    """What the last `stop()` could not end."""
 
     def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
         """Start one process, recorded before a stop signal takes effect."""
@@ -105,32 +108,40 @@ class Stack:
                 start_new_session=True,
             )
 
-    def stop(self) -> dict[str, int]:
+    def stop(self) -> list[Survivor]:
         """SIGTERM to each process, up to `GRACE_S` for them and what they started (serve's
         audit writer) to exit, then SIGKILL to each process group left: at once on a
-        further signal. Returns the ones still running after that (name -> process group);
-        empty only once every group was seen empty."""
+        further signal. Returns the processes still running after that, also kept in
+        `left`; empty only once every group was seen empty."""
         self.signals.stopping = True
         try:
             for proc in self.procs.values():
                 if proc.poll() is None:
                     proc.terminate()
-            for pgid in self._wait(GRACE_S, may_hurry=True).values():
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pgid, signal.SIGKILL)
-            return self._wait(KILL_WAIT_S, may_hurry=False)
+            for name in self._wait(GRACE_S, may_hurry=True):
+                # EPERM (a member that is not ours to kill) leaves it listed below
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.procs[name].pid, signal.SIGKILL)
+            left = self._wait(KILL_WAIT_S, may_hurry=False)
+            self.left = [
+                Survivor(pid, name, self.procs[name].pid, command_of(pid))
+                for name, pids in left.items()
+                for pid in pids
+            ]
+            return self.left
         finally:
             self.signals.stopping = False
 
-    def _running(self) -> dict[str, int]:
+    def _running(self) -> dict[str, list[int]]:
         # a leader not yet reaped holds its group id, and so do live members: never reused
-        return {
-            name: proc.pid
-            for name, proc in self.procs.items()
-            if proc.poll() is None or group_running(proc.pid)
-        }
+        running = {}
+        for name, proc in self.procs.items():
+            if pids := group_members(proc.pid):
+                running[name] = pids
+            proc.poll()  # after the look: a leader it found gone is reaped, its code kept
+        return running
 
-    def _wait(self, timeout_s: float, *, may_hurry: bool) -> dict[str, int]:
+    def _wait(self, timeout_s: float, *, may_hurry: bool) -> dict[str, list[int]]:
         deadline = time.monotonic() + timeout_s
         while (left := self._running()) and time.monotonic() < deadline:
             if may_hurry and self.signals.hurry:
@@ -139,23 +150,67 @@ class Stack:
         return left
 
 
-def group_running(pgid: int) -> bool:
-    """Whether a process of group `pgid` still runs. kill() finds zombies too, and an
+@dataclass(frozen=True, slots=True)
+class Survivor:
+    """A process of the demo still running after its stop, SIGKILL included: blocked in
+    the kernel (state D), or not the demo's to kill."""
+
+    pid: int
+    name: str
+    """The demo's process whose group it is in."""
+    leader: int
+    command: str
+    """Its command line; empty where there is no /proc to read it from."""
+
+    def __str__(self) -> str:
+        what = self.name if self.pid == self.leader else f"started by {self.name}"
+        command = f"{self.command}; " if self.command else ""
+        return (
+            f"pid {self.pid} ({command}{what}) still runs after the demo's SIGKILL; fix: kill "
+            f"-KILL {self.pid}, and if it stays, `ps -o stat,wchan -p {self.pid}` shows what "
+            "it is blocked on"
+        )
+
+
+class LeftRunning(Exception):
+    """The demo's stop left processes running: whatever else ended the run (the
+    exception's `__context__`), the demo fails, naming each."""
+
+    def __init__(self, survivors: list[Survivor]) -> None:
+        super().__init__("; ".join(map(str, survivors)))
+        self.survivors = survivors
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of group `pgid` that still run. kill() finds zombies too, and an
     orphan's zombie can stay for good where init does not reap (some containers): on
-    Linux /proc tells them apart."""
+    Linux /proc tells them apart; elsewhere the group stands for its leader."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
-        return False
+        return []
+    except PermissionError:  # there, but not ours to signal
+        pass
     proc = Path("/proc")
     if not proc.is_dir():
-        return True
+        return [pgid]
+    members = []
     for stat_file in proc.glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, IndexError, ValueError):
             state, _ppid, group = stat_file.read_text().rsplit(")", 1)[1].split()[:3]
             if state != "Z" and int(group) == pgid:
-                return True
-    return False
+                members.append(int(stat_file.parent.name))
+    return sorted(members)
+
+
+def command_of(pid: int) -> str:
+    """`pid`'s command line, its program without the directory; empty if unreadable."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return ""
+    args = [a for a in args if a]
+    return shlex.join([Path(args[0]).name, *args[1:]]) if args else ""
 
 
 def wait_ok(url: str, timeout_s: float, stack: Stack) -> None:
