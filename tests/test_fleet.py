@@ -27,6 +27,9 @@ def test_default_fleet_is_mixed_and_large_enough() -> None:
 def test_example_fleet_file_is_the_builtin_default() -> None:
     packaged = (ROOT / "slaguard" / "data" / "fleet.yaml").read_text()
     assert (ROOT / "examples" / "fleet.yaml").read_text() == packaged
+    # and users' files are read stricter (YAML 1.2 booleans, duplicate keys refused)
+    example = load_fleet(ROOT / "examples" / "fleet.yaml")
+    assert example.digest == load_fleet().digest
 
 
 def test_kv_bytes_per_token_follow_gqa() -> None:
