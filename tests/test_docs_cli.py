@@ -1,7 +1,8 @@
 """Every `slaguard` command line the docs and runbooks quote names a real command, and
 every option on it is one that command takes: an SRE pastes these mid-incident, and a
 renamed flag in a runbook is a usage error at the worst moment. The commands' own
-behaviour is tested elsewhere; this checks only the words the docs put in front of them."""
+behaviour is tested elsewhere (the runbooks' commands are parsed and run as written in
+test_runbook_commands.py); this checks only the words the docs put in front of them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import functools
 import re
 import shlex
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -48,10 +50,19 @@ def command_tree() -> dict[tuple[str, ...], set[str]]:
     return tree
 
 
-def quoted_lines(text: str) -> list[tuple[int, str]]:
+class Quoted(NamedTuple):
+    """A line a document quotes: where, what, and whether a shell block holds it (else it
+    is an inline code span of the prose)."""
+
+    number: int
+    text: str
+    shell: bool
+
+
+def quoted_lines(text: str) -> list[Quoted]:
     """The shell lines of code blocks (a trailing `\\` joins the next, comments cut) and
     the inline code spans of the prose, each with its line number."""
-    out: list[tuple[int, str]] = []
+    out: list[Quoted] = []
     fence: str | None = None  # the open block's language
     joined, start = "", 0
     for number, line in enumerate(text.splitlines(), start=1):
@@ -59,7 +70,7 @@ def quoted_lines(text: str) -> list[tuple[int, str]]:
             fence = line.lstrip()[3:].strip() if fence is None else None
             continue
         if fence is None:
-            out += [(number, span) for span in CODE_SPAN.findall(line)]
+            out += [Quoted(number, span, False) for span in CODE_SPAN.findall(line)]
             continue
         if fence not in SHELL:
             continue
@@ -69,7 +80,7 @@ def quoted_lines(text: str) -> list[tuple[int, str]]:
         if joined.endswith("\\"):
             joined = joined[:-1] + " "
             continue
-        out.append((start, joined))
+        out.append(Quoted(start, joined, True))
         joined = ""
     return out
 
@@ -93,7 +104,7 @@ def invocations(line: str) -> list[tuple[list[str], bool]]:
 def problems(name: str, text: str, tree: dict[tuple[str, ...], set[str]]) -> list[str]:
     """`name:line: slaguard ...: what is wrong` for each quoted command the CLI lacks."""
     wrong: list[str] = []
-    for number, line in quoted_lines(text):
+    for number, line, _ in quoted_lines(text):
         for words, leading in invocations(line):
             if not words or not re.fullmatch(r"[a-z][a-z-]*", words[0]):
                 continue  # `slaguard ...`, `slaguard --help`
