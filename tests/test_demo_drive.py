@@ -11,10 +11,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from fastapi import FastAPI, Request, Response
-from rich.console import Console
 
 from slaguard.emulator.app import create_emulator_app
-from slaguard.emulator.demo import MODEL, SLOWED, DemoPlan, drive
+from slaguard.emulator.demo import MODEL, SLOWED, DemoPlan, demo_console, drive
 from slaguard.emulator.stack import Stack
 from slaguard.fleet import build_fleet
 from slaguard.service.local import ServerThread
@@ -47,10 +46,13 @@ def test_each_fault_lands_at_its_planned_second(tmp_path: Path) -> None:
     with ServerThread(_service_and_backend(slowdowns)) as server:
         stack = Stack(tmp_path, emulators={SLOWED: server.url}, service_url=server.url)
         began = time.monotonic()
-        asyncio.run(drive(stack, plan, Console(file=out, width=200)))
+        asyncio.run(drive(stack, plan, demo_console(file=out)))  # 80 columns, as piped
     # planned at 1 s; checked at the 5 s status lines it came at 5 s or never (2.5: a loaded box)
     assert len(slowdowns) == 1 and 1.0 <= slowdowns[0] - began < 2.5
-    faults = [line for line in out.getvalue().splitlines() if "FAULT" in line]
+    lines = out.getvalue().splitlines()
+    (said,) = [line for line in lines if line.startswith("requests: ")]
+    assert said.endswith("drain (cancelled, not errors)") and len(said) > 80  # one line
+    faults = [line for line in lines if "FAULT" in line]
     assert [re.sub(r"\s+", " ", line).strip() for line in faults] == [
         f"1s FAULT {SLOWED} slowed down 5x",
         "2s FAULT hot prompt: 60% of requests now share one prompt",
@@ -66,7 +68,7 @@ def test_a_demoted_target_the_guard_has_not_scored_is_said_so(tmp_path: Path) ->
     try:
         with ServerThread(_service_and_backend([])) as server:
             stack = Stack(tmp_path, emulators={SLOWED: server.url}, service_url=server.url)
-            asyncio.run(drive(stack, plan, Console(file=out, width=200)))
+            asyncio.run(drive(stack, plan, demo_console(file=out)))  # 80 columns, as piped
     finally:
         STATUS["targets"] = []
     assert f"GUARD {SLOWED} demoted: TTFT p99 Z-score not scored" in out.getvalue()
@@ -78,5 +80,5 @@ def test_a_slowdown_the_emulator_refuses_is_not_reported_as_done(tmp_path: Path)
     out = io.StringIO()
     with ServerThread(_service_and_backend([])) as server:
         stack = Stack(tmp_path, emulators={SLOWED: server.url}, service_url=server.url)
-        asyncio.run(drive(stack, plan, Console(file=out, width=200)))
+        asyncio.run(drive(stack, plan, demo_console(file=out)))  # 80 columns, as piped
     assert f"FAULT {SLOWED} NOT slowed down: the emulator answered 422" in out.getvalue()

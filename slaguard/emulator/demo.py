@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 import numpy as np
@@ -334,6 +335,13 @@ def _run(stack: Stack, plan: DemoPlan, console: Console) -> dict[str, list[float
     return every
 
 
+def demo_console(file: IO[str] | None = None) -> Console:
+    """Rich's console, one line per status line even piped into a log (rich wraps text
+    at 80 columns off a terminal, which split each tick's TTFT figures from its rate);
+    on a terminal, the terminal wraps."""
+    return Console(file=file, soft_wrap=True)
+
+
 def run_demo(workdir: Path, plan: DemoPlan | None = None, console: Console | None = None) -> None:
     """The whole demo; `workdir` is emptied first and keeps the DB, config and logs
     (named by absolute path in all it prints). Ctrl-C, SIGTERM and SIGHUP stop it all
@@ -341,7 +349,7 @@ def run_demo(workdir: Path, plan: DemoPlan | None = None, console: Console | Non
     used to be a line on stdout, and the demo exited 0)."""
     workdir = workdir.absolute()
     plan = plan or DemoPlan()
-    console = console or Console()
+    console = console or demo_console()
     say = functools.partial(console.print, highlight=False)
     with StopSignals().installed() as signals, claimed_workdir(workdir, say):
         stack = Stack(workdir, signals)
