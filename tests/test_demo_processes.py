@@ -260,8 +260,13 @@ def test_a_process_that_outlives_the_stop_fails_the_demo_naming_it(
     leftovers.update(wait_for("the demo's 7 processes", lambda: _all_started(demo), timeout_s=120))
     writer = _audit_writer(demo.pid)
     assert writer is not None
+    fields = _stat(writer)
+    assert fields is not None
+    serve = int(fields[1])  # the writer's parent
     with held_at_exit(writer):
         demo.send_signal(signal.SIGTERM)
+        wait_for("serve's exit", lambda: not _running(serve), timeout_s=30)
+        demo.send_signal(signal.SIGTERM)  # a second signal: SIGKILL now, not after GRACE_S
         out, err = demo.communicate(timeout=60)
         assert _running(writer)
     assert demo.returncode == 1, (out, err)
