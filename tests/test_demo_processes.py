@@ -236,12 +236,23 @@ def test_a_stop_signal_while_spawning_waits_until_the_child_is_recorded(
     assert stack.stop() == [] and stack.procs["child"].returncode == -signal.SIGTERM
 
 
+def _cmdline(pid: int | str) -> bytes:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    return b""
+
+
 def _audit_writer(pid: int) -> int | None:
-    """serve's audit writer among the descendants of `pid`."""
+    """serve's audit writer among the descendants of `pid` (a test process may have
+    writers of its own: under pytest-xdist one from an earlier test in the worker)."""
     for child in _descendants(pid):
-        with contextlib.suppress(OSError):
-            if b"slaguard.audit.writer_process" in Path(f"/proc/{child}/cmdline").read_bytes():
-                return child
+        fields = _stat(child)
+        if (
+            fields is not None
+            and b"slaguard.audit.writer_process" in _cmdline(child)
+            and b"slaguard\x00serve\x00" in _cmdline(fields[1])
+        ):
+            return child
     return None
 
 
