@@ -110,6 +110,7 @@ def test_manual_resume_rollback_hold_are_stored(admin: Admin) -> None:
     )
     assert r.status_code == 200, r.text
     assert r.json()["changed"] is True and r.json()["mode"] == "rollout(50)"
+    assert r.json()["resolved_incident"] is None  # none was open
     stored = current_mode(engine)
     assert (stored.mode, stored.actor) == ("rollout(50)", "api:alice")
     assert stored.version == r.json()["version"] == 1
@@ -251,6 +252,7 @@ def test_status_names_the_guard_leader_and_a_resume_resolves_the_alert_incident(
     r = admin.client.post("/v1/mode", json={"action": "resume", "reason": "ok"}, headers=AUTH)
     assert r.json()["changed"] is True and r.json()["mode"] == "rollout(10)"
     incident = admin.rows(Incident)[-1]
+    assert r.json()["resolved_incident"] == str(incident["id"])  # as the CLI's line says
     assert incident["detector"] == "alertmanager" and incident["resolved_at"] is not None
     assert [u["state"] for u in incident["evidence"]["updates"]] == ["resolved"]
 

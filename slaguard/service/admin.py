@@ -115,7 +115,11 @@ async def mode(request: Request) -> ModeResponse:
             {"Retry-After": str(LOOKUP_RETRY_AFTER_S)},
         ) from exc
     return ModeResponse(
-        changed=change.changed, mode=change.mode, version=change.version, message=change.message
+        changed=change.changed,
+        mode=change.mode,
+        version=change.version,
+        message=change.message,
+        resolved_incident=change.resolved_incident,
     )
 
 

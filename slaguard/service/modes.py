@@ -29,7 +29,13 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit.engine import error_line
 from slaguard.guard import rollout_compare
-from slaguard.guard.events import BreakerEvent, GuardEvent, VerdictEvent, log_line
+from slaguard.guard.events import (
+    BreakerEvent,
+    GuardEvent,
+    IncidentState,
+    VerdictEvent,
+    log_line,
+)
 from slaguard.guard.manual import ManualAction, ManualOutcome, ModeBusyError
 from slaguard.guard.modes import ModeState
 from slaguard.guard.runtime import GuardReplica
@@ -61,6 +67,8 @@ class ModeChange:
     mode: str
     version: int
     message: str
+    resolved_incident: str | None = None
+    """The incident this command resolved (its `[resolved]` is queued for the leader)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +355,14 @@ class ReplicaModes:
 
     def _answer(self, outcome: ManualOutcome) -> ModeChange:
         st = self.replica.state()
-        return ModeChange(outcome.result.changed, st.mode.label, st.version, outcome.result.message)
+        resolved = [e.incident_id for e in outcome.queued if e.state is IncidentState.RESOLVED]
+        return ModeChange(
+            outcome.result.changed,
+            st.mode.label,
+            st.version,
+            outcome.result.message,
+            resolved[0] if resolved else None,
+        )
 
     def _count(self, events: list[GuardEvent]) -> None:
         """A trip is the breaker's, when it acts (switches the fleet, or opens or updates

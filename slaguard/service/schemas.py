@@ -177,6 +177,11 @@ class ModeResponse(BaseModel):
     mode: str
     version: int
     message: str
+    resolved_incident: str | None = Field(
+        default=None,
+        description="the audit incident this command resolved; its [resolved] message is "
+        "queued for the guard leader (the CLI's '; incident N resolved')",
+    )
 
 
 class AlertmanagerAlert(BaseModel):
