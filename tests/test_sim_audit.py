@@ -333,3 +333,28 @@ def test_the_closing_hint_names_the_fleet_file_a_custom_fleet_run_needs(tmp_path
         app, ["audit", "summary", "--since", "-3h", "--db", db, "--fleet", str(fleet_file)]
     )
     assert hinted.exit_code == 0 and "capacity shares are computed" not in hinted.output
+
+
+def test_the_closing_hint_names_the_run_s_own_time_range(tmp_path: Path) -> None:
+    """The hint said `--since -2h` whatever the run: a run placed more than 2 h back (the
+    Azure hour below x0.53) lost its start, and read 2 h later it showed nothing.
+    The run's range, written out, holds all of it at any length and at any time later."""
+    db = f"sqlite:///{tmp_path / 'sim.db'}"
+    report = tmp_path / "report.json"
+    args = ["--trace", str(AZURE_FIXTURE), "--rate-scale", "0.5", "--report-json", str(report)]
+    result = CliRunner().invoke(app, ["simulate", *args, "--audit-db", db])
+    assert result.exit_code == 0, result.output
+    with sqlite3.connect(tmp_path / "sim.db") as conn:
+        (first,) = conn.execute("select min(decided_at) from decisions").fetchone()
+    start_s = datetime.fromisoformat(first).replace(tzinfo=UTC).timestamp()  # simulated 0 s
+    end_s = int(start_s + json.loads(report.read_text())["sim_s"]) + 1
+    since = datetime.fromtimestamp(int(start_s), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    until = datetime.fromtimestamp(end_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert f"try: slaguard audit summary --since {since} --until {until} --db '{db}'" in (
+        result.stderr
+    )
+    hinted = CliRunner().invoke(
+        app, ["audit", "summary", "--since", since, "--until", until, "--db", db, "-f", "json"]
+    )
+    assert hinted.exit_code == 0, hinted.output
+    assert sum(int(r["decisions"]) for r in json.loads(hinted.stdout)) == 200

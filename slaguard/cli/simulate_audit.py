@@ -5,9 +5,11 @@ ends it."""
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -206,7 +208,19 @@ def finish_audit(
     print(
         f"audit: {sink.decisions} decisions and {sink.outcomes} outcomes recorded "
         f"({stats.rows_written} rows written) in {url}; try: slaguard audit summary "
-        f"--since -2h --db '{url}'{fleet}"
+        f"{_run_range(sink)} --db '{url}'{fleet}"
         + (f"; slaguard audit incident {incidents[0]} --db '{url}'" if incidents else ""),
         file=sys.stderr,
     )
+
+
+def _run_range(sink: AuditObserver) -> str:
+    """The run's own time range, whole seconds around it: a relative `--since -2h` missed
+    the start of a run longer than 2 simulated hours, and all of any run read 2 h later."""
+    start = math.floor(sink.base)
+    end = math.floor(sink.base + sink.sim.results.sim_s) + 1
+    return f"--since {_utc(start)} --until {_utc(end)}"
+
+
+def _utc(epoch_s: int) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
