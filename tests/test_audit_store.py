@@ -97,7 +97,10 @@ def test_incident_lifecycle(audit_engine: Engine) -> None:
     assert open_incidents(audit_engine) == []
     with pytest.raises(UnknownIncidentError, match="no incident with id 999"):
         resolve_incident(audit_engine, 999, T0)
-    with pytest.raises(UnknownIncidentError, match=rf"ids {iid}-{iid}\)$"):
+    with pytest.raises(UnknownIncidentError, match=rf"holds id {iid}\)$"):  # not "ids 1-1"
+        get_incident(audit_engine, 999)
+    later = open_incident(audit_engine, IncidentRecord(T0 + 700, "hot_spot", "ticket", "p", {}))
+    with pytest.raises(UnknownIncidentError, match=rf"holds ids {iid}-{later}\)$"):
         get_incident(audit_engine, 999)
 
 

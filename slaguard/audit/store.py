@@ -213,7 +213,7 @@ def get_incident(engine: Engine, incident_id: int) -> StoredIncident:
         row = session.get(Incident, incident_id) if 1 <= incident_id <= _MAX_INCIDENT_ID else None
         if row is None:
             low, high = session.execute(select(func.min(Incident.id), func.max(Incident.id))).one()
-            held = "none" if low is None else f"ids {low}-{high}"
+            held = "none" if low is None else f"id {low}" if low == high else f"ids {low}-{high}"
             raise UnknownIncidentError(
                 f"no incident with id {incident_id}; fix: `slaguard incidents` lists the ids "
                 f"(this database holds {held})"
