@@ -29,13 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit.engine import error_line
 from slaguard.guard import rollout_compare
-from slaguard.guard.events import (
-    BreakerEvent,
-    GuardEvent,
-    IncidentState,
-    VerdictEvent,
-    log_line,
-)
+from slaguard.guard.events import BreakerEvent, GuardEvent, IncidentState, VerdictEvent, log_line
 from slaguard.guard.manual import ManualAction, ManualOutcome, ModeBusyError
 from slaguard.guard.modes import ModeState
 from slaguard.guard.runtime import GuardReplica
