@@ -293,6 +293,11 @@ def test_trips_the_guard_counted_to_one_incident_are_one_row_with_updates(
         {"detector": "ttft_zscore", "at_s": 11.0, "subject": "fleet", "summary": "d",
          "incident_id": "inc-11-2"},
     ]  # fmt: skip
+    # a verdict that joined the open incident with no trip of its own (the breaker open)
+    report["guard"]["incident_updates"] = [
+        {"at_s": 6.0, "incident_id": "inc-3-1", "state": "updated", "detector": "ttft_zscore",
+         "subject": "card:l40s", "summary": "also: card tier ascend910b"},
+    ]  # fmt: skip
     ids = sink.record_guard_history(report)
     writer.close(drain_timeout_s=30)
     with writer.engine.connect() as conn:
@@ -308,9 +313,10 @@ def test_trips_the_guard_counted_to_one_incident_are_one_row_with_updates(
     assert evidence["incident"] == "inc-3-1" and evidence["z"] == 7.5
     assert [(u["subject"], u["summary"]) for u in evidence["updates"]] == [
         ("card:h200", "b"),
+        ("card:l40s", "also: card tier ascend910b"),
         ("prefix:p", "c"),
     ]
-    assert [u["at_s"] - base for u in evidence["updates"]] == [5.0, 7.0]
+    assert [u["at_s"] - base for u in evidence["updates"]] == [5.0, 6.0, 7.0]
     assert [i for (i,) in linked] == [ids[0], None, ids[1]]
 
 

@@ -95,6 +95,22 @@ def test_the_ascend_jitter_is_named_while_the_breaker_is_open(
     assert ascend == [("raised", 120.0), ("ended", 122.0), ("raised", 130.0), ("ended", 164.0)]
 
 
+def test_what_joins_the_open_incident_is_kept_as_its_updates(
+    run: tuple[_Recorder, Simulation],
+) -> None:
+    """The report's `guard.incident_updates` (and the incident `--audit-db` writes) hold
+    what the service's incident thread says while the breaker is open; they were dropped."""
+    guard, _ = run
+    updates = guard.incident_updates
+    assert [(u["at_s"], u["incident_id"]) for u in updates] == [
+        (120.0, "inc-72-1"), (372.0, "inc-72-1"), (454.0, "inc-72-1"), (455.0, "inc-72-1"),
+        (460.0, "inc-72-1"),
+    ]  # fmt: skip
+    assert updates[0]["summary"].startswith("also: card tier ascend910b (llama3.1-8b): ")
+    assert updates[1]["summary"].startswith("detectors are back to normal; fleet stays on ")
+    assert updates[4]["summary"].startswith("also: new model llama3.1-70b@v2 (122s old)")
+
+
 def test_the_h200_trip_is_the_70b_tiers_low_priority_backlog_after_the_last_arrival(
     run: tuple[_Recorder, Simulation],
 ) -> None:

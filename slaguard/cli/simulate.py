@@ -275,6 +275,9 @@ def simulate(
             trace_path=trace_path,
             faults=schedule.report_rows(),
             trips=controller.trips if isinstance(controller, GuardController) else None,
+            incident_updates=(
+                controller.incident_updates if isinstance(controller, GuardController) else None
+            ),
             extra=extra,
         )
         if report_json is not None:

@@ -9,7 +9,7 @@ was scored with, and a service started on this database must not continue from a
 simulation's learned weights (it restores the newest stored version).
 Decisions and outcomes go through the same background writer as the service; guard trips
 and mode switches are written as incidents (one per incident the guard kept, its later
-trips as updates) and history rows after the run (history only: a simulation never changes
+trips and what joined it while open as updates) and history rows after the run (history only: a simulation never changes
 the shared fleet mode).
 """
 
@@ -80,9 +80,12 @@ class AuditObserver(SimObserver):
         episodes: dict[object, list[dict[str, Any]]] = {}
         for n, trip in enumerate(report["guard"]["trips"]):
             episodes.setdefault(trip.get("incident_id") or n, []).append(trip)
+        joined: dict[object, list[dict[str, Any]]] = {}
+        for update in report["guard"].get("incident_updates", []):
+            joined.setdefault(update["incident_id"], []).append(update)
         incident_of: list[tuple[float, int]] = []
-        for trips in episodes.values():
-            db_id = open_incident(engine, self._incident(trips))
+        for key, trips in episodes.items():
+            db_id = open_incident(engine, self._incident(trips, joined.get(key, [])))
             incident_of.extend((float(trip["at_s"]), db_id) for trip in trips)
         for (_, before, _), (at, mode, reason) in pairwise(self.sim.mode_timeline):
             linked = next((i for t, i in incident_of if abs(t - at) <= 1.0), None)
@@ -100,19 +103,28 @@ class AuditObserver(SimObserver):
             )
         return sorted({i for _, i in incident_of})
 
-    def _incident(self, trips: list[dict[str, Any]]) -> IncidentRecord:
+    def _incident(
+        self, trips: list[dict[str, Any]], joined: list[dict[str, Any]]
+    ) -> IncidentRecord:
+        """`joined`: the incident's updates that were no trip (`guard.incident_updates`)."""
         first, last_at = trips[0], float(trips[-1]["at_s"])
         resolved = next(
             (t for t, mode, _ in self.sim.mode_timeline
              if t > last_at and mode.kind not in _ROUND_ROBIN),
             self.sim.results.sim_s,
         )  # fmt: skip
-        updates = [
+        updates: list[dict[str, Any]] = [
             {"state": "updated", "at_s": self.base + float(trip["at_s"]),
              "detector": str(trip["detector"]), "subject": str(trip["subject"]),
              "summary": str(trip.get("summary", ""))}
             for trip in trips[1:]
+        ] + [
+            {"state": str(u["state"]), "at_s": self.base + float(u["at_s"]),
+             "detector": str(u["detector"]), "subject": str(u["subject"]),
+             "summary": str(u["summary"])}
+            for u in joined
         ]  # fmt: skip
+        updates.sort(key=lambda u: float(u["at_s"]))
         evidence: dict[str, Any] = {
             "summary": str(first.get("summary", "")),
             **first.get("evidence", {}),

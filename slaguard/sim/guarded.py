@@ -31,6 +31,7 @@ from slaguard.guard.events import (
     BreakerEvent,
     GuardEvent,
     IncidentEvent,
+    IncidentState,
     ModeChangedEvent,
     VerdictEvent,
 )
@@ -75,7 +76,9 @@ class GuardController(SimObserver):
     """Feeds the guard, applies its router inputs and takes its fleet mode every period.
 
     After a run, `trips` holds one record per breaker trip (the report's `guard.trips`,
-    each with the incident it opened), `trip_verdicts` when each tripping verdict was
+    each with the incident it opened), `incident_updates` the updates an open incident
+    took from verdicts that were no trip of their own (the breaker already open: the
+    report's `guard.incident_updates`), `trip_verdicts` when each tripping verdict was
     raised and ended, `demotions` the per-target demote/restore verdicts, `queued` the
     inputs queued (first tokens and finished requests),
     `observed` those handed to the guard so far, and `evaluations` the number of runs.
@@ -101,6 +104,7 @@ class GuardController(SimObserver):
         self.queued = 0
         self.observed = 0
         self.trips: list[JsonDict] = []
+        self.incident_updates: list[JsonDict] = []
         self.trip_verdicts: list[JsonDict] = []
         self.demotions: list[JsonDict] = []
         self._index = {t.id: t.index for t in fleet}
@@ -184,9 +188,18 @@ class GuardController(SimObserver):
         inputs.apply(sim.scheduler.state, self._index)
 
     def _record(self, now_s: float, events: list[GuardEvent]) -> str:
-        """Keep trips (with their incidents) and demotions; the reason of the last mode
-        change."""
+        """Keep trips (with their incidents), the open incident's other updates and
+        demotions; the reason of the last mode change."""
         reason = ""
+        tripped = any(isinstance(e, BreakerEvent) and e.signal == "trip" for e in events)
+        incidents = [e for e in events if isinstance(e, IncidentEvent)]
+        for update in incidents[1:] if tripped else incidents:  # a trip's own comes first
+            if update.state is IncidentState.UPDATED:
+                self.incident_updates.append(
+                    {"at_s": now_s, "incident_id": update.incident_id, "state": "updated",
+                     "detector": update.detector, "subject": update.subject,
+                     "summary": update.summary}
+                )  # fmt: skip
         for event in events:
             if isinstance(event, BreakerEvent) and event.signal == "trip":
                 self.trips.append(self._trip_record(now_s, event, events))

@@ -40,6 +40,7 @@ def build_report(
     trace_path: str,
     faults: list[dict[str, Any]],
     trips: list[dict[str, Any]] | None = None,
+    incident_updates: list[dict[str, Any]] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything the summary shows, as JSON-able data."""
@@ -106,6 +107,7 @@ def build_report(
         "faults": faults,
         "guard": {
             "trips": trips or [],
+            "incident_updates": incident_updates or [],
             "mode_timeline": [
                 {"at_s": at, "mode": mode.label, "reason": reason}
                 for at, mode, reason in res.mode_timeline
