@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 from helpers import usual_umask
 
-from slaguard.audit.spill import SEGMENT_SUFFIX, SpillInUseError, SpillJournal, read_journal
+from slaguard.audit.spill import (
+    SEGMENT_SUFFIX,
+    SpillInUseError,
+    SpillJournal,
+    read_journal,
+    remove_if_unused,
+)
 
 
 def lines(n: int, start: int = 0) -> list[bytes]:
@@ -155,3 +161,27 @@ def test_the_journal_is_readable_by_its_owner_only(tmp_path: Path) -> None:
     shared.chmod(0o755)
     SpillJournal(shared).close()  # a directory we did not create keeps its mode
     assert shared.stat().st_mode & 0o777 == 0o755
+
+
+def test_remove_if_unused_removes_a_directory_holding_only_its_lock(tmp_path: Path) -> None:
+    spill = tmp_path / "spill"
+    SpillJournal(spill).close()
+    assert remove_if_unused(spill) is True
+    assert not spill.exists()
+
+
+def test_remove_if_unused_keeps_records_and_a_directory_another_writer_owns(
+    tmp_path: Path,
+) -> None:
+    held = tmp_path / "held"
+    owner = SpillJournal(held)
+    assert remove_if_unused(held) is False
+    owner.close()
+    kept = tmp_path / "kept"
+    journal = SpillJournal(kept)
+    journal.append(b"not in the database\n")
+    journal.close()
+    assert remove_if_unused(kept) is False
+    assert [p.name for p in segments(kept)] == [f"{0:020d}{SEGMENT_SUFFIX}"]
+    assert remove_if_unused(tmp_path / "absent") is False
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["held", "kept"]

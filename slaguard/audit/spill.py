@@ -213,6 +213,30 @@ class SpillJournal:
             os.close(self._lock_fd)
 
 
+def remove_if_unused(directory: Path) -> bool:
+    """Remove a journal directory that holds nothing but its `LOCK` file, under that lock
+    (a writer starting meanwhile keeps it): a drained simulated run left one behind each
+    time. Anything else in it (a segment, `unreadable.lines`, a file of the user's), a
+    symlink, or a live owner keeps it; True when it is gone."""
+    if directory.is_symlink() or not directory.is_dir():
+        return False
+    if {p.name for p in directory.iterdir()} - {LOCK_FILE}:
+        return False
+    try:
+        fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        (directory / LOCK_FILE).unlink()
+        directory.rmdir()  # refused if a file appeared meanwhile
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 def segment_files(directory: Path) -> list[tuple[int, Path, int]]:
     """(start LSN, path, size) of every segment, in LSN order; vanished files skipped."""
     found = []

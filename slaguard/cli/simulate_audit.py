@@ -26,7 +26,7 @@ from slaguard.audit.engine import (
 from slaguard.audit.lines import FLEET_TAG
 from slaguard.audit.migrate import SchemaNotCurrentError, refuse_newer_schema, upgrade
 from slaguard.audit.models import Decision, Incident, ModeChange, Outcome, WeightVersion
-from slaguard.audit.spill import SpillInUseError, SpillJournal, segment_files
+from slaguard.audit.spill import SpillInUseError, SpillJournal, remove_if_unused, segment_files
 from slaguard.audit.writer import open_writer
 from slaguard.audit.writer_settings import WriterStats
 from slaguard.cli.dbopen import connect
@@ -164,8 +164,9 @@ def _not_from_close(record: logging.LogRecord) -> bool:
 
 def drain(sink: AuditObserver, stops: StopSignals) -> WriterStats:
     """Close the audit writer, waiting up to 120 s for its rows; says so first when rows
-    are waiting. A stop signal now ends the wait: one line says what is left where, and
-    nothing more is written (exit 128 + the first stop signal's number)."""
+    are waiting. Drained, its spill directory goes when nothing but the lock is left in it.
+    A stop signal now ends the wait: one line says what is left where, and nothing more
+    is written (exit 128 + the first stop signal's number)."""
     try:  # a signal may land anywhere from here, the print below included
         stops.raise_at_once()
         waiting = sink.writer.stats().queue_depth
@@ -177,9 +178,12 @@ def drain(sink: AuditObserver, stops: StopSignals) -> WriterStats:
             )
         _WRITER_LOG.addFilter(_not_from_close)
         try:
-            return sink.writer.close(drain_timeout_s=120)
+            stats = sink.writer.close(drain_timeout_s=120)
         finally:
             _WRITER_LOG.removeFilter(_not_from_close)
+        if not stats.queue_depth:  # the run's journal, drained: nothing in it is anyone's
+            remove_if_unused(sink.writer.spill_dir)
+        return stats
     except Stopped as exc:
         fail(
             f"interrupted by {signal.Signals(exc.signo).name} while writing the audit rows: "
