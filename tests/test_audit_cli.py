@@ -288,8 +288,11 @@ def test_bad_input_gets_one_line_and_exit_2(db: str, tmp_path: Path) -> None:
     assert "--output: cannot write /dev/full: No space left on device" in one_line_error(
         "audit", "summary", "--db", db, *WINDOW, "-f", "json", "-o", "/dev/full"
     )
-    assert "must be a .png file" in one_line_error(
-        "audit", "incident", "1", "--db", db, "--plot", str(tmp_path / "x.svg")
+    assert one_line_error(
+        "audit", "incident", "1", "--db", db, "--plot", str(tmp_path / "x.jpg")
+    ) == (
+        f"error: --plot: {tmp_path / 'x.jpg'} is not a .png file (the plot is written as PNG "
+        f"only); fix: name a .png file, e.g. --plot {tmp_path / 'x.png'}\n"
     )
     assert "cannot reach database postgresql+psycopg://postgres@127.0.0.1:1/x" in one_line_error(
         "audit", "summary", "--db", "postgresql+psycopg://postgres@127.0.0.1:1/x"

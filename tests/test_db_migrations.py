@@ -213,9 +213,10 @@ def test_a_bad_slaguard_db_is_named_as_the_variable(
     monkeypatch.setenv("SLAGUARD_DB", str(missing))
     result = CliRunner().invoke(app, ["status"])
     assert result.exit_code == 2 and result.stderr == (
-        f"error: $SLAGUARD_DB: SQLite file {missing} does not exist; fix: set $SLAGUARD_DB to "
-        "the database `slaguard serve` uses (its --db, `db:` or $SLAGUARD_SERVE_DB); only for "
-        f"a new, empty one run `slaguard db upgrade --db {missing}`\n"
+        f"error: $SLAGUARD_DB: SQLite file {missing} does not exist; fix: check the path, or "
+        "set $SLAGUARD_DB to the database `slaguard serve` uses (its --db, `db:` or "
+        "$SLAGUARD_SERVE_DB) or a `slaguard simulate --audit-db` run wrote; only for a new, "
+        f"empty one run `slaguard db upgrade --db {missing}`\n"
     )
     passed = CliRunner().invoke(app, ["status", "--db", "mysql://x/y"])
     assert passed.stderr.startswith("error: --db: backend 'mysql'")
@@ -233,7 +234,8 @@ def test_a_missing_default_database_says_none_was_given_not_create_it(
         assert result.exit_code == 2 and result.stderr == (
             "error: no database given (no --db, $SLAGUARD_DB unset or empty) and the default "
             f"SQLite file slaguard.db is not in {tmp_path}; fix: pass --db or set SLAGUARD_DB to "
-            "the database `slaguard serve` uses (its --db, `db:` or $SLAGUARD_SERVE_DB)\n"
+            "the database `slaguard serve` uses (its --db, `db:` or $SLAGUARD_SERVE_DB) or a "
+            "`slaguard simulate --audit-db` run wrote\n"
         ), command
     assert list(tmp_path.iterdir()) == []
 

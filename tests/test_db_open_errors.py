@@ -53,3 +53,42 @@ def test_a_file_in_a_directory_this_user_cannot_write_names_the_wal_files(
         "read; fix: copy a.db (with a.db-wal if there is one) to a writable directory and "
         f"pass the copy as --db, or make {rodir} writable\n"
     )
+
+
+GENERIC_DB = (
+    "the database `slaguard serve` uses (its --db, `db:` or $SLAGUARD_SERVE_DB) or a "
+    "`slaguard simulate --audit-db` run wrote"
+)
+
+
+@pytest.mark.parametrize("command", [["status"], ["audit", "summary", "--since", "-1h"]])
+def test_a_missing_file_s_fix_names_any_database_slaguard_writes(
+    command: list[str], tmp_path: Path
+) -> None:
+    """The fix named only the service's database, to someone reading a simulated run's."""
+    db = tmp_path / "sim.db"
+    result = CliRunner().invoke(app, [*command, "--db", str(db)])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr == (
+        f"error: --db: SQLite file {db} does not exist; fix: check the path, or pass as --db "
+        f"{GENERIC_DB}; only for a new, empty one run `slaguard db upgrade --db {db}`\n"
+    )
+
+
+def test_a_file_that_is_not_a_database_is_named_as_such(tmp_path: Path) -> None:
+    """It read `cannot reach database sqlite:///notes.txt: file is not a database`, as if a
+    server were down, with no fix."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database\n")
+    result = CliRunner().invoke(app, ["status", "--db", str(notes)])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr == (
+        f"error: --db: {notes} is not a SQLite database (SQLite: file is not a database); "
+        f"fix: check the path, or pass as --db {GENERIC_DB}\n"
+    )
+    created = CliRunner().invoke(app, ["db", "upgrade", "--db", str(notes)])
+    assert created.exit_code == 2 and created.stderr == (
+        f"error: --db: {notes} is not a SQLite database (SQLite: file is not a database); "
+        "fix: check the path, or name a file that does not exist yet for a new database\n"
+    )
+    assert notes.read_text() == "not a database\n"

@@ -214,8 +214,9 @@ def test_bad_input_is_one_line_and_exit_2(audit_engine: Engine, tmp_path: Path) 
                     ["incidents"], ["audit", "summary"]):  # fmt: skip
         assert one_line_error(*command, "--db", str(empty)) == (
             f"error: database sqlite:///{empty} has no slaguard schema; fix: pass as --db the "
-            "database `slaguard serve` uses (its --db, `db:` or $SLAGUARD_SERVE_DB); only for "
-            f"a new, empty one run `slaguard db upgrade --db sqlite:///{empty}`\n"
+            "database `slaguard serve` uses (its --db, `db:` or $SLAGUARD_SERVE_DB) or a "
+            "`slaguard simulate --audit-db` run wrote; only for a new, empty one run "
+            f"`slaguard db upgrade --db sqlite:///{empty}`\n"
         )
     assert "does not exist" in one_line_error("status", "--db", str(tmp_path / "nope.db"))
     elsewhere = tmp_path / "elsewhere"

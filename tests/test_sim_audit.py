@@ -162,7 +162,7 @@ def test_simulate_cli_takes_a_bare_file_path(
         ("nosuchdb://x", "--audit-db: backend 'nosuchdb' is not supported"),
         # it simulated, retried for 120 s, then said "recorded" and exited 0
         ("postgresql+psycopg://postgres@127.0.0.1:1/x", "cannot reach database"),
-        ("NOTADB", "file is not a database; check --audit-db"),
+        ("NOTADB", "is not a SQLite database (SQLite: file is not a database); fix: check "),
         ("FOREIGN", "cannot create the audit schema in sqlite:///"),
         # a traceback ending in Alembic's "Can't locate revision", exit 1
         ("ALIEN", "is at schema revision abc123def, which this slaguard (head"),

@@ -262,7 +262,10 @@ def incident_command(
     share and TTFT p50/p99 before / during / after."""
     check_output(fmt, output)
     if plot is not None and plot.suffix.lower() != ".png":
-        fail(f"--plot: {plot} must be a .png file")
+        fail(
+            f"--plot: {plot} is not a .png file (the plot is written as PNG only); fix: name "
+            f"a .png file, e.g. --plot {plot.with_suffix('.png')}"
+        )
     if plot is not None:
         check_writable(plot, "--plot")
     pre = _answer(lambda: parse_duration(before, "--before"))

@@ -35,6 +35,13 @@ DB_HELP = (
 )
 DbOption = db_option(None, "--db", help=DB_HELP, show_default=False)
 
+WRITTEN_DB = (
+    "the database `slaguard serve` uses (its --db, `db:` or $SLAGUARD_SERVE_DB) or a "
+    "`slaguard simulate --audit-db` run wrote"
+)
+"""What a command reading the audit database is pointed at: a service's, or a simulated
+run's (the fix named only the service's)."""
+
 
 def connect(
     db: str | None,
@@ -63,8 +70,31 @@ def connect(
             conn.execute(text("SELECT 1"))
     except SQLAlchemyError as exc:
         unreachable = f"cannot reach database {shown_url(url)}: {error_line(exc)}"
-        fail(_unreadable_directory(url, option) or f"{unreachable}; check {option}")
+        fail(
+            _not_sqlite(exc, path, option, create)
+            or _unreadable_directory(url, option)
+            or f"{unreachable}; check {option}"
+        )
     return engine
+
+
+def _not_sqlite(exc: SQLAlchemyError, path: Path | None, option: str, create: bool) -> str | None:
+    """A file that is not SQLite's (a text file given as `--db`) read as an unreachable
+    database, with no fix."""
+    if (
+        path is None
+        or getattr(getattr(exc, "orig", None), "sqlite_errorname", None) != "SQLITE_NOTADB"
+    ):
+        return None
+    fix = (
+        "name a file that does not exist yet for a new database"
+        if create
+        else f"pass as {option} {WRITTEN_DB}"
+    )
+    return (
+        f"{option}: {path} is not a SQLite database (SQLite: {error_line(exc)}); "
+        f"fix: check the path, or {fix}"
+    )
 
 
 def _unreadable_directory(url: URL, option: str) -> str | None:
@@ -90,9 +120,6 @@ def db_origin(db: str | None) -> str:
     return f"${DB_ENV_VAR}" if os.environ.get(DB_ENV_VAR) else "default"
 
 
-SERVICE_DB = "the database `slaguard serve` uses (its --db, `db:` or $SLAGUARD_SERVE_DB)"
-
-
 def _missing_file(path: Path, option: str, *, defaulted: bool) -> str:
     """A missing file is almost always the wrong database, not one to create: run away
     from the service's directory, the default `./slaguard.db` was named `--db`, and
@@ -101,19 +128,20 @@ def _missing_file(path: Path, option: str, *, defaulted: bool) -> str:
         return (
             f"no database given (no --db, ${DB_ENV_VAR} unset or empty) and the default SQLite "
             f"file {path} is not in {Path.cwd()}; fix: pass --db or set {DB_ENV_VAR} to "
-            f"{SERVICE_DB}"
+            f"{WRITTEN_DB}"
         )
     path = path.absolute()  # a relative file was looked for in the working directory
     if not path.parent.is_dir():
         # `db upgrade --db` then said only that the directory does not exist
         return (
             f"{option}: SQLite file {path} does not exist, nor does its directory "
-            f"{path.parent}; fix: {_give(option)} {SERVICE_DB}; only for a new, empty one "
-            f"create {path.parent}, then run `slaguard db upgrade --db {path}`"
+            f"{path.parent}; fix: check the path, or {_give(option)} {WRITTEN_DB}; only for "
+            f"a new, empty one create {path.parent}, then run `slaguard db upgrade --db {path}`"
         )
     return (
-        f"{option}: SQLite file {path} does not exist; fix: {_give(option)} {SERVICE_DB}; "
-        f"only for a new, empty one run `slaguard db upgrade --db {path}`"
+        f"{option}: SQLite file {path} does not exist; fix: check the path, or "
+        f"{_give(option)} {WRITTEN_DB}; only for a new, empty one run "
+        f"`slaguard db upgrade --db {path}`"
     )
 
 
@@ -150,7 +178,7 @@ def _no_schema(url: URL, option: str) -> str:
     for a command on an existing fleet: `db upgrade` is right only for a new one."""
     shown = shown_url(operator_url(url))
     return (
-        f"database {shown} has no slaguard schema; fix: {_give(option)} {SERVICE_DB}; only "
+        f"database {shown} has no slaguard schema; fix: {_give(option)} {WRITTEN_DB}; only "
         f"for a new, empty one run `slaguard db upgrade --db {shown}`"
     )
 
