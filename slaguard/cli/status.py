@@ -83,7 +83,9 @@ def status(
     now_s = time.time()
     now = datetime.fromtimestamp(now_s, UTC)
     try:
-        st = GuardStore(engine).load(now_s)
+        store = GuardStore(engine)
+        st = store.load(now_s)
+        simulated = store.simulated_switches_within_hour(now_s)
         incidents = incident_rows(engine, open_only=True)
         arms = arm_sla(engine, now - span, now)
     except SQLAlchemyError as exc:
@@ -99,7 +101,8 @@ def status(
             "actor": st.actor, "version": st.version,
             "entered_by": None if st.entered_by is None else st.entered_by.value,
             "plan_advances": st.auto_advance,
-            "switches_last_hour": st.switches_within_hour(now_s), "leader": leader,
+            "switches_last_hour": st.switches_within_hour(now_s),
+            "simulated_switches_last_hour": simulated, "leader": leader,
             "leader_error": leader_error,
             "open_incidents": [_iso_times(inc) for inc in incidents],
             "arms": arms.arms,
@@ -116,7 +119,7 @@ def status(
         f"why:          {st.reason}{kind}",
         f"who:          {st.actor} (version {st.version})",
         f"plan:         {plan}",
-        f"switches:     {_switches(st.switches_within_hour(now_s))} in the last hour",
+        f"switches:     {_switches(st.switches_within_hour(now_s), simulated)}",
         f"guard leader: {_leader_said(leader, leader_error)}",
         f"incidents:    {len(incidents)} open",
     ]
@@ -153,10 +156,14 @@ def _finite(ratio: float | None) -> float | None:
     return ratio if ratio is not None and math.isfinite(ratio) else None
 
 
-def _switches(n: int) -> str:
+def _switches(n: int, simulated: int) -> str:
     """Between the round-robin and learned families, which the cap counts; `history`
-    also lists the rollout's stage steps."""
-    return f"{n} policy switch{'' if n == 1 else 'es'} (learned <-> round-robin)"
+    also lists the rollout's stage steps, and a simulated run's switches, which are not
+    this fleet's (said, or the count read as wrong beside `history`)."""
+    said = f"{n} policy switch{'' if n == 1 else 'es'} (learned <-> round-robin) in the last hour"
+    if simulated:
+        said += f" ({simulated} simulated switch{'' if simulated == 1 else 'es'} not counted)"
+    return said
 
 
 def _plan_line(kind: ModeKind, auto_advance: bool, entered_by: TransitionKind | None) -> str:

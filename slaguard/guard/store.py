@@ -250,17 +250,14 @@ class GuardStore:
                 return FleetMode.parse(to_mode).stage_pct
         return None
 
+    def simulated_switches_within_hour(self, now_s: float) -> int:
+        """Policy switches a simulated run wrote in (now - 1 h, now]: not counted in the
+        state's, so `status` can say why its count misses what `history` lists."""
+        with self.engine.connect() as conn:
+            return sum(simulated and at <= now_s for at, simulated in _policy_switches(conn, now_s))
+
     def _switch_times(self, conn: Connection, now_s: float) -> tuple[float, ...]:
-        rows = conn.execute(
-            select(ModeChange.at, ModeChange.from_mode, ModeChange.to_mode, ModeChange.evidence)
-            .where(ModeChange.at > utc_from_unix(now_s - HOUR_S))
-            .order_by(ModeChange.at)
-        ).all()
-        return tuple(
-            _seconds(at)
-            for at, a, b, evidence in rows
-            if is_policy_switch(a, b) and not is_simulated(evidence)
-        )
+        return tuple(at for at, simulated in _policy_switches(conn, now_s) if not simulated)
 
     def save(
         self,
@@ -296,3 +293,17 @@ class GuardStore:
 
 def _seconds(moment: datetime) -> float:
     return moment.timestamp()
+
+
+def _policy_switches(conn: Connection, now_s: float) -> list[tuple[float, bool]]:
+    """(when, written by a simulated run) of each policy switch after now - 1 h."""
+    rows = conn.execute(
+        select(ModeChange.at, ModeChange.from_mode, ModeChange.to_mode, ModeChange.evidence)
+        .where(ModeChange.at > utc_from_unix(now_s - HOUR_S))
+        .order_by(ModeChange.at)
+    ).all()
+    return [
+        (_seconds(at), is_simulated(evidence))
+        for at, a, b, evidence in rows
+        if is_policy_switch(a, b)
+    ]
