@@ -7,7 +7,9 @@ fleet mode starts through this module.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 from pathlib import Path
 
 from sqlalchemy import Engine, text
@@ -153,6 +155,26 @@ def check_sqlite_directory(url: URL, option: str) -> None:
     if path is not None and not path.parent.is_dir():
         why = "is not a directory" if path.parent.exists() else "does not exist"
         fail(f"{option}: {path.parent} {why}; fix: create the directory or pick another path")
+
+
+def check_sqlite_file(url: URL, option: str) -> None:
+    """An existing file slaguard would open as its SQLite database must be one: `serve`
+    started on a text file, served unready ("file is not a database") and made its spill
+    journal beside it."""
+    path = sqlite_path(url)
+    if path is None or not path.is_file():
+        return
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+        ) as conn:
+            conn.execute("PRAGMA schema_version")
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorname", None) == "SQLITE_NOTADB":
+            fail(
+                f"{option}: {path} is not a SQLite database (SQLite: {exc}); fix: check the "
+                "path, or name a file that does not exist yet for a new database"
+            )
 
 
 def open_audit_db(db: str | None, *, statement_timeout_s: float | None = None) -> Engine:

@@ -18,7 +18,7 @@ from slaguard.audit.engine import (
 from slaguard.audit.migrate import SchemaNotCurrentError
 from slaguard.audit.spill import SpillInUseError
 from slaguard.audit.writer_settings import WriterStartError
-from slaguard.cli.dbopen import check_sqlite_directory
+from slaguard.cli.dbopen import check_sqlite_directory, check_sqlite_file
 from slaguard.cli.errors import fail
 from slaguard.cli.listen import SERVER_SETTINGS, check_can_listen
 from slaguard.cli.paths import path_option
@@ -118,7 +118,9 @@ def serve(
     spill_source = "spill_dir"
     try:
         cfg = load_config(config_file, {"fleet": fleet_file, "db": db, "host": host, "port": port})
-        check_sqlite_directory(resolve_db_url(cfg.db), _db_source(db, config_file, cfg.db))
+        db_source = _db_source(db, config_file, cfg.db)
+        check_sqlite_directory(resolve_db_url(cfg.db), db_source)
+        check_sqlite_file(resolve_db_url(cfg.db), db_source)
         token = admin_token()
         check_can_listen(
             cfg.host,

@@ -9,8 +9,8 @@ was scored with, and a service started on this database must not continue from a
 simulation's learned weights (it restores the newest stored version).
 Decisions and outcomes go through the same background writer as the service; guard trips
 and mode switches are written as incidents (one per incident the guard kept, its later
-trips and what joined it while open as updates) and history rows after the run (history only: a simulation never changes
-the shared fleet mode).
+trips and what joined it while open as updates) and history rows after the run (history
+only: a simulation never changes the shared fleet mode).
 """
 
 from __future__ import annotations
