@@ -115,7 +115,7 @@ def test_each_minute_is_drawn_over_the_minute_it_covers(short_run: str) -> None:
         opened = timeline.phases["during"][0]
         minute = series.loc[pd.Timestamp(opened).floor("1min")]
         target = str(minute.idxmax())  # the busiest of the incident's opening minute
-        line = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}[target]
+        line = {ln.get_gid(): ln for ln in fig.axes[0].get_lines()}[target]
         xs, ys = drawn(line)
         spans = [
             (x0, x1)
@@ -143,10 +143,11 @@ def test_the_cli_writes_the_png(short_run: str, tmp_path: Path) -> None:
 
 
 def test_nothing_is_drawn_past_now(short_run: str) -> None:
-    """Resolved at +100 s and plotted at +200 s: the window's 30 min after the resolution
-    are mostly future, where the last mode's band was painted anyway."""
+    """Resolved at +100 s and plotted at +130 s, inside the last minute of data: the
+    window's 30 min after the resolution are mostly future, where the last mode's band
+    was painted anyway."""
     engine = create_audit_engine(f"sqlite:///{short_run}")
-    now = datetime.fromtimestamp(START_S + 200, UTC)
+    now = datetime.fromtimestamp(START_S + 130, UTC)
     timeline = incident_timeline(engine, 1, now=now)
     series = service.ttft_p99_series(engine, *timeline.window)
     engine.dispose()
@@ -235,7 +236,7 @@ def test_the_cli_plots_the_mode_in_force_when_no_switch_is_in_the_window(
     db = quiet_run(tmp_path, switches, evidence)
     drawn: list[str | None] = []
 
-    def plot_incident(*args: object, mode_in_force: str | None = None) -> None:
+    def plot_incident(*args: object, mode_in_force: str | None = None, **_: object) -> None:
         drawn.append(mode_in_force)
 
     monkeypatch.setattr(plot, "plot_incident", plot_incident)

@@ -296,15 +296,21 @@ def incident_command(
             err=True,
         )
     if plot is not None:
+        from slaguard.audit.incident_subject import served_models, subject_targets
         from slaguard.audit.plot import plot_incident
 
         start, end = timeline.window
         series = _answer(lambda: service.ttft_p99_series(engine, start, end))
+        served = _answer(lambda: served_models(engine, start, end))
+        rec = timeline.incident.record
+        covered = subject_targets(rec.subject, rec.evidence, served)
         in_force = None
         if timeline.mode_changes.empty:
             in_force = _answer(lambda: mode_in_force(engine, timeline))
         with writing(plot, "--plot"):
-            plot_incident(timeline, series, plot, now, mode_in_force=in_force)
+            plot_incident(
+                timeline, series, plot, now, mode_in_force=in_force, subject_targets=covered
+            )
         typer.echo(f"plot written to {plot}", err=True)
 
 
