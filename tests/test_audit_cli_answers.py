@@ -118,3 +118,48 @@ def test_incident_json_has_int_ids_and_microsecond_times(db: str, tmp_path: Path
     assert payload["mode_changes"][0]["at"] == "2026-11-30T00:48:20.000000+00:00"
     table = ok("audit", "incident", str(iid), "--db", str(copy))
     assert "incident_id" in table and "<NA>" not in table
+
+
+EVIDENCE_OPENED_S = START_S + 1200.25
+"""An incident as the service stores it: the opening verdicts, later updates and the
+outbox carry the guard's times as Unix seconds."""
+SERVICE_EVIDENCE = {
+    "summary": "card tier l40s slow",
+    "verdicts": [{"subject": "card:l40s", "at_s": EVIDENCE_OPENED_S,
+                  "evidence": {"model": "llama3.1-8b", "tier_window_s": 30.0}}],
+    "updates": [{"state": "updated", "at_s": EVIDENCE_OPENED_S + 42.5,
+                 "opened_at_s": EVIDENCE_OPENED_S, "summary": "also: fleet",
+                 "evidence": {"verdicts": [{"at_s": EVIDENCE_OPENED_S + 42.5, "for_s": 12.0}]}}],
+    "outbox": [{"attempts": 1, "next_attempt_s": EVIDENCE_OPENED_S + 44.5,
+                "event": {"at_s": EVIDENCE_OPENED_S + 42.5}}],
+    "guard": {"revision": 2, "seen": [["ttft_zscore", "card:l40s"]]},
+}  # fmt: skip
+
+
+def test_incident_evidence_times_are_iso_not_unix_seconds(db: str, tmp_path: Path) -> None:
+    """`evidence.updates[].at_s` came out as 1796084909.22899 in the table and the json,
+    beside ISO times everywhere else; durations (`for_s`, `tier_window_s`) stay seconds."""
+    copy = tmp_path / "copy.db"
+    shutil.copy(db, copy)
+    engine = create_audit_engine(f"sqlite:///{copy}")
+    iid = open_incident(
+        engine,
+        IncidentRecord(EVIDENCE_OPENED_S, "ttft_zscore", "critical", "card:l40s",
+                       evidence=SERVICE_EVIDENCE, resolved_at_s=EVIDENCE_OPENED_S + 60),
+    )  # fmt: skip
+    engine.dispose()
+    payload = json.loads(ok("audit", "incident", str(iid), "--db", str(copy), "-f", "json"))
+    evidence = payload["incident"]["evidence"]
+    (verdict,) = evidence["verdicts"]
+    (update,) = evidence["updates"]
+    (queued,) = evidence["outbox"]
+    opened, later = "2026-11-30T01:13:20.250000+00:00", "2026-11-30T01:14:02.750000+00:00"
+    assert payload["incident"]["opened"] == verdict["at_s"] == update["opened_at_s"] == opened
+    assert update["at_s"] == queued["event"]["at_s"] == later
+    assert update["evidence"]["verdicts"][0]["at_s"] == later
+    assert queued["next_attempt_s"] == "2026-11-30T01:14:04.750000+00:00"
+    assert verdict["evidence"]["tier_window_s"] == 30.0
+    assert update["evidence"]["verdicts"][0]["for_s"] == 12.0
+    assert evidence["guard"] == SERVICE_EVIDENCE["guard"]
+    table = "".join(ok("audit", "incident", str(iid), "--db", str(copy)).split())
+    assert f'"at_s":"{later}"' in table and str(EVIDENCE_OPENED_S + 42.5) not in table

@@ -115,6 +115,28 @@ def _iso(value: datetime) -> str:
     return value.isoformat(timespec="microseconds")
 
 
+EVIDENCE_TIMES = frozenset({"at_s", "opened_at_s", "next_attempt_s"})
+"""The keys under which the guard writes Unix seconds into an incident's evidence (its
+verdicts, `updates` and outbox); its other `_s` keys are durations."""
+
+
+def _evidence_times(value: Any) -> Any:
+    """Evidence with those times in ISO 8601, as every other time of the output
+    (`updates[].at_s` read 1796084909.22899); what is stored keeps its numbers."""
+    if isinstance(value, dict):
+        return {
+            k: _iso(utc_from_unix(v)) if k in EVIDENCE_TIMES and _unix(v) else _evidence_times(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_evidence_times(v) for v in value]
+    return value
+
+
+def _unix(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _with_iso_times(fields: dict[str, Any]) -> dict[str, Any]:
     """msgspec writes a datetime itself (`Z`, never through the hook): give it text."""
     return {k: _iso(v) if isinstance(v, datetime) else v for k, v in fields.items()}
@@ -219,7 +241,7 @@ def emit_timeline(tl: IncidentTimeline, fmt: OutputFormat, output: Path | None) 
         "opened": utc_from_unix(rec.opened_at_s),
         "resolved": None if rec.resolved_at_s is None else utc_from_unix(rec.resolved_at_s),
         "notification": rec.notification_state, "slack": rec.slack_ts,
-        "evidence": dict(rec.evidence),
+        "evidence": _evidence_times(dict(rec.evidence)),
     }  # fmt: skip
     if fmt is OutputFormat.JSON:
         _write_json(
