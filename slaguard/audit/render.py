@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from rich.text import Text
 
 from slaguard.audit.formats import OutputFormat
 from slaguard.audit.incident_timeline import IncidentTimeline
+from slaguard.audit.isotime import ISO_FORMAT, iso_utc
 from slaguard.audit.models import utc_from_unix
 from slaguard.audit.service import DecisionExplanation
 from slaguard.plaintext import inert
@@ -40,7 +41,7 @@ def _shown(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, datetime | pd.Timestamp):
-        return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return _iso(value)
     if isinstance(value, dict | list):
         return msgspec.json.encode(value).decode()
     return str(value)
@@ -108,11 +109,23 @@ def _print_table(table: Table) -> None:
 
 
 def _iso(value: datetime) -> str:
-    """One form for every time in the JSON: ISO 8601 to the microsecond, `+00:00` (a
-    Timestamp made from float seconds carries nanoseconds of float noise)."""
+    """The one form of a time in every output (`isotime`); a Timestamp made from float
+    seconds carries nanoseconds of float noise, rounded off."""
     if isinstance(value, pd.Timestamp):
         value = value.round("us").to_pydatetime()
-    return value.isoformat(timespec="microseconds")
+    return iso_utc(value)
+
+
+def _text_times(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with its time columns in that form: csv wrote pandas' own
+    (`2026-11-29 14:00:05.250000+00:00`)."""
+    times = [c for c in frame.columns if isinstance(frame[c].dtype, pd.DatetimeTZDtype)]
+    if not times:
+        return frame
+    text = frame.copy()
+    for name in times:
+        text[name] = frame[name].dt.tz_convert(UTC).dt.round("us").dt.strftime(ISO_FORMAT)
+    return text
 
 
 EVIDENCE_TIMES = frozenset({"at_s", "opened_at_s", "next_attempt_s"})
@@ -166,7 +179,7 @@ def _write_json(payload: Any, output: Path | None) -> None:
 
 def _write_single(frame: pd.DataFrame, fmt: OutputFormat, output: Path | None) -> None:
     if fmt is OutputFormat.CSV:
-        frame.to_csv(output if output is not None else sys.stdout, index=False)
+        _text_times(frame).to_csv(output if output is not None else sys.stdout, index=False)
     elif fmt is OutputFormat.PARQUET:
         if output is None:
             raise ValueError("--format parquet needs --output FILE.parquet")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+from slaguard.audit.isotime import iso_utc
+
 _BARE_DURATION = re.compile(r"(\d+(\.\d+)?\s*[a-zA-Z]+\s*)+")
 _DURATION = re.compile(r"(\d+(\.\d+)?\s*(w|d|h|min|m|s)\s*)+")
 _DURATION_PART = re.compile(r"(\d+(\.\d+)?)\s*(w|d|h|min|m|s)")
@@ -110,12 +112,12 @@ def parse_range(since: str, until: str, now: datetime) -> tuple[datetime, dateti
     if end == start:
         raise ValueError(
             f"--since {since!r} and --until {until!r} are the same time "
-            f"({start.isoformat()}); widen the range"
+            f"({iso_utc(start)}); widen the range"
         )
     if end < start:
         raise ValueError(
-            f"--since {since!r} ({start.isoformat()}) is not before --until {until!r} "
-            f"({end.isoformat()}); swap them or widen the range"
+            f"--since {since!r} ({iso_utc(start)}) is not before --until {until!r} "
+            f"({iso_utc(end)}); swap them or widen the range"
         )
     return start, end
 

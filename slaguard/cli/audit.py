@@ -27,6 +27,7 @@ from slaguard.audit.incident_timeline import (
     incident_with_guard_id,
     mode_in_force,
 )
+from slaguard.audit.isotime import iso_utc
 from slaguard.audit.records import POLICY_ARMS
 from slaguard.audit.render import emit_explanation, emit_frame, emit_timeline
 from slaguard.audit.service import DecisionExplanation, UnknownRequestError
@@ -380,5 +381,5 @@ def prune_command(
     verb = "would delete" if dry_run else "deleted"
     typer.echo(
         f"{verb} {result.decisions} decisions and {result.outcomes} outcomes older than "
-        f"{result.cutoff.isoformat(timespec='seconds')}"
+        f"{iso_utc(result.cutoff)}"
     )

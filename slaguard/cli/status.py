@@ -23,6 +23,7 @@ from slaguard.audit.engine import (
     operator_url,
     shown_url,
 )
+from slaguard.audit.isotime import iso_utc
 from slaguard.audit.timeargs import parse_duration
 from slaguard.cli.dbopen import DbOption, db_origin, open_audit_db
 from slaguard.cli.errors import fail
@@ -35,13 +36,9 @@ from slaguard.plaintext import visible
 from slaguard.scheduler.rollout import ModeKind
 
 
-def _iso(at: datetime) -> str:
-    """A JSON time as every other command writes it: ISO 8601 to the microsecond."""
-    return at.isoformat(timespec="microseconds")
-
-
 def _iso_times(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: _iso(v) if isinstance(v, datetime) else v for k, v in row.items()}
+    """A JSON row's times as every other command writes them (`isotime`)."""
+    return {k: iso_utc(v) if isinstance(v, datetime) else v for k, v in row.items()}
 
 
 def _utc(seconds: float) -> str:
@@ -96,7 +93,7 @@ def status(
         payload = {
             "database": database,
             "mode": st.mode.label, "since_s": st.since_s,
-            "since": _iso(datetime.fromtimestamp(st.since_s, UTC)),
+            "since": iso_utc(datetime.fromtimestamp(st.since_s, UTC)),
             "reason": st.reason,
             "actor": st.actor, "version": st.version,
             "entered_by": None if st.entered_by is None else st.entered_by.value,
