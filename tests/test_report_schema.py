@@ -180,6 +180,7 @@ def test_fixed_policy_has_one_mode_and_no_trips(fleet: Fleet) -> None:
     assert isinstance(guard["trips"], list) and isinstance(guard["mode_timeline"], list)
     assert guard == {
         "trips": [],
+        "incident_updates": [],
         "mode_timeline": [{"at_s": 0.0, "mode": "round_robin", "reason": "start"}],
     }
 
