@@ -9,7 +9,6 @@ was a line on stdout naming its process group, and the demo exited as if all had
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import re
@@ -22,11 +21,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from demo_procs import (
+    all_started,
+    cmdline,
+    descendants,
+    kill_all,
+    running,
+    start_demo,
+    stat,
+)
 from held_exit import held_at_exit
 from helpers import wait_for
 from rich.console import Console
 
-import slaguard
 from slaguard.emulator.demo import CARDS, DemoPlan, run_demo, running_stack
 from slaguard.emulator.stack import (
     GRACE_S,
@@ -38,56 +45,6 @@ from slaguard.emulator.stack import (
 )
 
 pytestmark = pytest.mark.slow  # real processes
-ROOT = str(Path(slaguard.__file__).resolve().parents[1])
-
-
-def _stat(pid: int) -> list[str] | None:
-    """State, ppid, pgrp, ... of a process, None once gone."""
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def _running(pid: int) -> bool:
-    fields = _stat(pid)
-    return fields is not None and fields[0] != "Z"  # an orphan's zombie may never be reaped
-
-
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        fields = _stat(int(entry.name)) if entry.name.isdigit() else None
-        if fields is not None and fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    out: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.add(child)
-            todo.append(child)
-    return out
-
-
-def _demo(workdir: Path, leftovers: set[int]) -> subprocess.Popen[str]:
-    """`slaguard demo` of this checkout, in a process of its own."""
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "slaguard", "demo", "--workdir", str(workdir)],
-        cwd=workdir.parent,
-        env={**os.environ, "PYTHONPATH": ROOT},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    leftovers.add(demo.pid)
-    return demo
-
-
-def _all_started(demo: subprocess.Popen[str]) -> set[int] | None:
-    """5 backends, serve and serve's audit writer."""
-    assert demo.poll() is None, demo.communicate()
-    found = _descendants(demo.pid)
-    return found if len(found) >= 7 else None
 
 
 @pytest.fixture
@@ -95,9 +52,7 @@ def leftovers() -> Iterator[set[int]]:
     """Pids to SIGKILL after the test, so a failing one leaves nothing behind."""
     pids: set[int] = set()
     yield pids
-    for pid in pids:
-        if _running(pid):
-            os.kill(pid, signal.SIGKILL)
+    kill_all(pids)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
@@ -105,8 +60,8 @@ def leftovers() -> Iterator[set[int]]:
 def test_sigterm_and_sighup_stop_every_process_the_demo_started(
     signo: signal.Signals, tmp_path: Path, leftovers: set[int]
 ) -> None:
-    demo = _demo(tmp_path / "wd", leftovers)
-    started = wait_for("the demo's 7 processes", lambda: _all_started(demo), timeout_s=120)
+    demo = start_demo(tmp_path / "wd", leftovers)
+    started = wait_for("the demo's 7 processes", lambda: all_started(demo), timeout_s=120)
     leftovers.update(started)
     demo.send_signal(signo)
     out, err = demo.communicate(timeout=60)
@@ -114,7 +69,7 @@ def test_sigterm_and_sighup_stop_every_process_the_demo_started(
     assert "stopped the 6 processes the demo started" in out
     db = tmp_path / "wd" / "audit.db"
     assert err == f"error: interrupted by {signo.name}; a partial audit DB is left in {db}\n"
-    assert [pid for pid in started if _running(pid)] == []
+    assert [pid for pid in started if running(pid)] == []
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
@@ -122,16 +77,16 @@ def test_a_second_demo_in_the_same_work_directory_is_refused_and_the_first_runs_
     tmp_path: Path, leftovers: set[int]
 ) -> None:
     work = tmp_path / "wd"
-    first = _demo(work, leftovers)
-    leftovers.update(wait_for("the first demo", lambda: _all_started(first), timeout_s=120))
+    first = start_demo(work, leftovers)
+    leftovers.update(wait_for("the first demo", lambda: all_started(first), timeout_s=120))
     db = work / "audit.db"
     wait_for("its audit DB", db.exists)
     inode = db.stat().st_ino
-    second = _demo(work, leftovers)
+    second = start_demo(work, leftovers)
     try:
         answer = second.communicate(timeout=60)
     finally:
-        leftovers.update(_descendants(second.pid))
+        leftovers.update(descendants(second.pid))
     assert (second.returncode, answer) == (
         2,
         ("", f"error: another demo (pid {first.pid}) is using {work}; fix: wait for it or "
@@ -179,13 +134,13 @@ def test_a_second_ctrl_c_while_stopping_kills_at_once_and_the_stop_is_verified(
     assert left == [] == stack.left
     assert time.monotonic() - began < GRACE_S / 3
     assert stubborn.returncode == -signal.SIGKILL
-    assert not _running(grandchild)
+    assert not running(grandchild)
 
 
 def test_an_unreaped_zombie_is_not_a_running_process() -> None:
     """What kill() still finds after a SIGKILL where init does not reap orphans."""
     child = subprocess.Popen(["true"], start_new_session=True)
-    wait_for("the child to exit", lambda: (_stat(child.pid) or ["Z"])[0] == "Z")
+    wait_for("the child to exit", lambda: (stat(child.pid) or ["Z"])[0] == "Z")
     try:
         os.killpg(child.pid, 0)  # still there for kill()
         assert group_members(child.pid) == []
@@ -236,21 +191,15 @@ def test_a_stop_signal_while_spawning_waits_until_the_child_is_recorded(
     assert stack.stop() == [] and stack.procs["child"].returncode == -signal.SIGTERM
 
 
-def _cmdline(pid: int | str) -> bytes:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    return b""
-
-
 def _audit_writer(pid: int) -> int | None:
     """serve's audit writer among the descendants of `pid` (a test process may have
     writers of its own: under pytest-xdist one from an earlier test in the worker)."""
-    for child in _descendants(pid):
-        fields = _stat(child)
+    for child in descendants(pid):
+        fields = stat(child)
         if (
             fields is not None
-            and b"slaguard.audit.writer_process" in _cmdline(child)
-            and b"slaguard\x00serve\x00" in _cmdline(fields[1])
+            and b"slaguard.audit.writer_process" in cmdline(child)
+            and b"slaguard\x00serve\x00" in cmdline(fields[1])
         ):
             return child
     return None
@@ -267,19 +216,19 @@ def test_a_process_that_outlives_the_stop_fails_the_demo_naming_it(
     """SIGKILL does not end a process blocked in the kernel (state D, a hung disk): the
     demo said "could not stop serve" on stdout and exited as after any stop (143 here, 0
     at the end of a run), so a script never learnt that a process was left."""
-    demo = _demo(tmp_path / "wd", leftovers)
-    leftovers.update(wait_for("the demo's 7 processes", lambda: _all_started(demo), timeout_s=120))
+    demo = start_demo(tmp_path / "wd", leftovers)
+    leftovers.update(wait_for("the demo's 7 processes", lambda: all_started(demo), timeout_s=120))
     writer = _audit_writer(demo.pid)
     assert writer is not None
-    fields = _stat(writer)
+    fields = stat(writer)
     assert fields is not None
     serve = int(fields[1])  # the writer's parent
     with held_at_exit(writer):
         demo.send_signal(signal.SIGTERM)
-        wait_for("serve's exit", lambda: not _running(serve), timeout_s=30)
+        wait_for("serve's exit", lambda: not running(serve), timeout_s=30)
         demo.send_signal(signal.SIGTERM)  # a second signal: SIGKILL now, not after GRACE_S
         out, err = demo.communicate(timeout=60)
-        assert _running(writer)
+        assert running(writer)
     assert demo.returncode == 1, (out, err)
     db = tmp_path / "wd" / "audit.db"
     assert err == (

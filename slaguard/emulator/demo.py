@@ -7,7 +7,8 @@ at its own second, not at a status line). Every 5 s a line shows the rate, the f
 mode, demotions and the per-target TTFT; at the end it says where to look. Every process
 it starts is stopped, on success, failure, Ctrl-C, SIGTERM or SIGHUP: the load generator
 first (at the end its requests in flight may finish, for a bounded time), then the
-service and the backends.
+service and the backends. On Linux they also end when the demo is killed outright
+(SIGKILL, a crash): each gets SIGTERM (`tether`).
 
 The guard runs with `DEMO_GUARD`, its time scales shrunk to the demo's two minutes. With
 the defaults nothing could be demoted here: a target's TTFT change score needs a

@@ -2,9 +2,10 @@
 work directory, and stopped together.
 
 Each runs in a session of its own, so the terminal's Ctrl-C and hangup reach the demo
-alone, which stops them in order (load first). That makes the demo's own signals the only
-way they are stopped: SIGINT, SIGTERM and SIGHUP all take the same way out
-(`StopSignals`), and a stop is only reported done once it was seen done.
+alone, which stops them in order (load first). That makes the demo's own signals the way
+they are stopped: SIGINT, SIGTERM and SIGHUP all take the same way out (`StopSignals`),
+and a stop is only reported done once it was seen done. A demo that dies without its
+stop (SIGKILL, a crash) takes them with it on Linux: each gets SIGTERM (`tether`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from types import FrameType
 
 import httpx
 
+from slaguard.emulator.tether import tethered
 from slaguard.stopsignals import taken_over
 
 GRACE_S = 15.0
@@ -98,10 +100,13 @@ class Stack:
     """What the last `stop()` could not end."""
 
     def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        """Start one process, recorded before a stop signal takes effect."""
+        """Start one process, recorded before a stop signal takes effect, and on Linux
+        ended by SIGTERM if the demo dies without its stop (`tether`). The death signal
+        comes when the forking thread exits: the demo spawns from its main thread (its
+        stop signals need that thread anyway), which lasts as long as the demo."""
         with self.signals.deferred_while(), (self.workdir / f"{name}.log").open("wb") as log:
             self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "slaguard", *args],
+                tethered([sys.executable, "-m", "slaguard", *args]),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **(env or {})},
