@@ -4,6 +4,7 @@ open and the work directory written to."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,9 +12,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
-from demo_procs import ROOT, all_started, kill_all, running, start_demo
+import yaml
+from demo_procs import ROOT, all_started, cmdline, descendants, kill_all, running, start_demo
 from helpers import wait_for
+
+from slaguard.emulator.workdir import claimed_workdir
 
 pytestmark = pytest.mark.slow  # real processes
 needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
@@ -42,6 +47,61 @@ def test_a_sigkilled_demo_takes_every_process_it_started_with_it(
         lambda: not any(running(pid) for pid in started),
         timeout_s=15,
     )
+
+
+def _serving(work: Path) -> bool:
+    port = yaml.safe_load((work / "serve.yaml").read_text())["port"]
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
+    return False
+
+
+@needs_proc
+def test_a_process_a_killed_demo_left_keeps_the_next_demo_out_of_its_work_directory(
+    tmp_path: Path, leftovers: set[int]
+) -> None:
+    """The lock went with the demo, so the next demo emptied the directory under a process
+    still writing there (serve draining its audit writer after the SIGTERM)."""
+    work = tmp_path / "wd"
+    demo = start_demo(work, leftovers)
+    started = wait_for("the demo's 7 processes", lambda: all_started(demo), timeout_s=120)
+    leftovers.update(started)
+    serve = next(pid for pid in started if b"slaguard\x00serve\x00" in cmdline(pid))
+    # before its handler (uvicorn's, as it starts serving) SIGTERM ends even a stopped serve
+    wait_for("serve to answer", lambda: _serving(work))
+    os.kill(serve, signal.SIGSTOP)  # a slow stop: the demo's SIGTERM waits for SIGCONT
+    try:
+        demo.kill()
+        demo.wait(timeout=10)
+        backends = {pid for pid in started if b"slaguard\x00emulate\x00" in cmdline(pid)}
+        wait_for("the backends to exit", lambda: not any(running(pid) for pid in backends))
+        second = start_demo(work, leftovers)
+        try:
+            answer = second.communicate(timeout=60)
+        finally:
+            leftovers.update(descendants(second.pid))
+    finally:
+        os.kill(serve, signal.SIGCONT)
+    command = f"{Path(sys.executable).name} -m slaguard serve --config {work / 'serve.yaml'}"
+    assert (second.returncode, answer) == (
+        2,
+        ("", f"error: an earlier demo (pid {demo.pid}) is gone but left pid {serve} "
+         f"({command}) using {work}; fix: wait for it to exit or `kill {serve}`, or pass "
+         "--workdir DIR\n"),
+    )  # fmt: skip
+    wait_for("serve and its writer to exit", lambda: not any(running(p) for p in started))
+    said = wait_for("the lock to go with serve's last thread", lambda: _claim(work))
+    assert said == [f"removing the previous demo run in {work}"]
+
+
+def _claim(work: Path) -> list[str] | None:
+    """What claiming `work` said; None while it is locked."""
+    said: list[str] = []
+    try:
+        with claimed_workdir(work, said.append):
+            return said
+    except RuntimeError:
+        return None
 
 
 def _tethered(tmp_path: Path, parent: int) -> tuple[subprocess.CompletedProcess[str], bool]:

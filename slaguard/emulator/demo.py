@@ -352,8 +352,8 @@ def run_demo(workdir: Path, plan: DemoPlan | None = None, console: Console | Non
     plan = plan or DemoPlan()
     console = console or demo_console()
     say = functools.partial(console.print, highlight=False)
-    with StopSignals().installed() as signals, claimed_workdir(workdir, say):
-        stack = Stack(workdir, signals)
+    with StopSignals().installed() as signals, claimed_workdir(workdir, say) as lock:
+        stack = Stack(workdir, signals, lock_fd=lock)
         try:
             with running_stack(stack, plan, console):
                 every = _run(stack, plan, console)

@@ -98,6 +98,9 @@ class Stack:
     service_url: str = ""
     left: list[Survivor] = field(default_factory=list)
     """What the last `stop()` could not end."""
+    lock_fd: int | None = None
+    """The work directory's lock (`workdir.claimed_workdir`), inherited by each process:
+    the directory stays locked until the last exits, not only the demo."""
 
     def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
         """Start one process, recorded before a stop signal takes effect, and on Linux
@@ -111,6 +114,7 @@ class Stack:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **(env or {})},
                 start_new_session=True,
+                pass_fds=() if self.lock_fd is None else (self.lock_fd,),
             )
 
     def stop(self) -> list[Survivor]:

@@ -1,4 +1,5 @@
-"""The demo's work directory: where it keeps its audit DB, configs and logs."""
+"""The demo's work directory: where it keeps its audit DB, configs and logs, locked by the
+demo and the processes it starts until the last of them exits."""
 
 from __future__ import annotations
 
@@ -11,21 +12,27 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from slaguard.emulator.stack import command_of
+
 WORKDIR_MARK = ".slaguard-demo"
 """Left in the demo's work directory: the only kind of non-empty directory it empties."""
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "slaguard-demo"
 """The demo's own place, emptied whatever is in it (earlier demos left no mark)."""
 LOCK_FILE = ".slaguard-demo.lock"
-"""Locked (flock) by the demo using the directory, for its whole run; holds its pid."""
+"""Locked (flock) by the demo using the directory, for its whole run, and by the processes
+it started (they inherit the descriptor) until the last exits; holds the demo's pid."""
 
 
 @contextlib.contextmanager
-def claimed_workdir(workdir: Path, say: Callable[[str], None]) -> Iterator[None]:
+def claimed_workdir(workdir: Path, say: Callable[[str], None]) -> Iterator[int]:
     """The work directory for one run, held until the end: created (0700), or emptied
     when an earlier demo made it, saying so (an earlier run's audit DB went silently).
     Refused (RuntimeError) while another demo uses it (two demos in one directory emptied
-    each other's), any other non-empty directory rather than delete what someone keeps
-    there, and a directory someone else could write to."""
+    each other's) or a process an earlier one started still does, any other non-empty
+    directory rather than delete what someone keeps there, and a directory someone else
+    could write to. Yields the lock's descriptor, for the demo's processes to inherit:
+    the lock went with the demo, and the next one emptied the directory under a process
+    still writing there."""
     _refuse_foreign(workdir)
     ours = (workdir / WORKDIR_MARK).is_file() or workdir == DEFAULT_WORKDIR
     # a run stopped between its lock and its mark left the lock file alone
@@ -47,7 +54,7 @@ def claimed_workdir(workdir: Path, say: Callable[[str], None]) -> Iterator[None]
             else:
                 entry.unlink()
         (workdir / WORKDIR_MARK).write_text("made by `slaguard demo`; emptied by the next run\n")
-        yield
+        yield lock
     finally:
         os.close(lock)
 
@@ -68,6 +75,9 @@ def _lock(workdir: Path) -> int:
             ) from None
         holder = os.read(fd, 32).decode(errors="replace").strip()
         os.close(fd)
+        users = _users(workdir / LOCK_FILE)
+        if holder.isdigit() and users and int(holder) not in users:
+            raise RuntimeError(_left_by(int(holder), users, workdir)) from None
         pid = f" (pid {holder})" if holder.isdigit() else ""  # empty: it is writing its pid
         raise RuntimeError(
             f"another demo{pid} is using {workdir}; fix: wait for it or pass --workdir DIR"
@@ -75,6 +85,40 @@ def _lock(workdir: Path) -> int:
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     return fd
+
+
+def _users(lock_file: Path) -> list[int]:
+    """The other processes with `lock_file` open: the demo and the processes it started
+    (they inherit the lock). Empty where there is no /proc to tell."""
+    path = str(lock_file.resolve())  # as /proc shows it: a parent may be a symbolic link
+    users = []
+    for fds in Path("/proc").glob("[0-9]*/fd"):
+        if fds.parent.name != str(os.getpid()) and path in _links(fds):
+            users.append(int(fds.parent.name))
+    return sorted(users)
+
+
+def _links(fds: Path) -> set[str]:
+    """What a process's descriptors point to, as far as we may read them."""
+    links = set()
+    with contextlib.suppress(OSError):  # gone, or not ours to read
+        for fd in fds.iterdir():
+            with contextlib.suppress(OSError):  # closed meanwhile
+                links.add(os.readlink(fd))
+    return links
+
+
+def _left_by(demo: int, users: list[int], workdir: Path) -> str:
+    """The refusal when the demo that locked `workdir` is gone and processes it started
+    still hold the lock: each named, with the command that ends them."""
+    named = ", ".join(
+        f"pid {pid}" + (f" ({cmd})" if (cmd := command_of(pid)) else "") for pid in users
+    )
+    them = "it" if len(users) == 1 else "them"
+    return (
+        f"an earlier demo (pid {demo}) is gone but left {named} using {workdir}; fix: wait "
+        f"for {them} to exit or `kill {' '.join(map(str, users))}`, or pass --workdir DIR"
+    )
 
 
 def _refuse_foreign(workdir: Path) -> None:
