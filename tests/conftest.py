@@ -1,4 +1,5 @@
-"""Shared fixtures: a throwaway PostgreSQL database per test module, SQLite files.
+"""Shared fixtures: a throwaway PostgreSQL database per test module, SQLite files, and a
+guard that fails a module leaving a child process running (`child_processes.py`).
 
 The PostgreSQL server is the machine's own (127.0.0.1:5432, trust auth, database `test`,
 override with $SLAGUARD_TEST_PG_URL). Each module that asks for `pg_url` gets a fresh
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from child_processes import no_child_left_running as no_child_left_running
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL, make_url
 

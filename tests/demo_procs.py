@@ -2,50 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+from child_processes import descendants, running
+
 import slaguard
 
 ROOT = str(Path(slaguard.__file__).resolve().parents[1])
-
-
-def stat(pid: int) -> list[str] | None:
-    """State, ppid, pgrp, ... of a process, None once gone."""
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def running(pid: int) -> bool:
-    fields = stat(pid)
-    return fields is not None and fields[0] != "Z"  # an orphan's zombie may never be reaped
-
-
-def descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        fields = stat(int(entry.name)) if entry.name.isdigit() else None
-        if fields is not None and fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    out: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.add(child)
-            todo.append(child)
-    return out
-
-
-def cmdline(pid: int | str) -> bytes:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    return b""
 
 
 def start_demo(workdir: Path, leftovers: set[int]) -> subprocess.Popen[str]:

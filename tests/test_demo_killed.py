@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from demo_procs import ROOT, all_started, cmdline, descendants, kill_all, running, start_demo
+from child_processes import cmdline, descendants, running
+from demo_procs import ROOT, all_started, kill_all, start_demo
 from helpers import wait_for
 
 from slaguard.emulator.workdir import claimed_workdir

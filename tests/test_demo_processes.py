@@ -21,15 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from demo_procs import (
-    all_started,
-    cmdline,
-    descendants,
-    kill_all,
-    running,
-    start_demo,
-    stat,
-)
+from child_processes import cmdline, descendants, running, stat_fields
+from demo_procs import all_started, kill_all, start_demo
 from held_exit import held_at_exit
 from helpers import wait_for
 from rich.console import Console
@@ -140,7 +133,7 @@ def test_a_second_ctrl_c_while_stopping_kills_at_once_and_the_stop_is_verified(
 def test_an_unreaped_zombie_is_not_a_running_process() -> None:
     """What kill() still finds after a SIGKILL where init does not reap orphans."""
     child = subprocess.Popen(["true"], start_new_session=True)
-    wait_for("the child to exit", lambda: (stat(child.pid) or ["Z"])[0] == "Z")
+    wait_for("the child to exit", lambda: (stat_fields(child.pid) or ["Z"])[0] == "Z")
     try:
         os.killpg(child.pid, 0)  # still there for kill()
         assert group_members(child.pid) == []
@@ -195,7 +188,7 @@ def _audit_writer(pid: int) -> int | None:
     """serve's audit writer among the descendants of `pid` (a test process may have
     writers of its own: under pytest-xdist one from an earlier test in the worker)."""
     for child in descendants(pid):
-        fields = stat(child)
+        fields = stat_fields(child)
         if (
             fields is not None
             and b"slaguard.audit.writer_process" in cmdline(child)
@@ -220,7 +213,7 @@ def test_a_process_that_outlives_the_stop_fails_the_demo_naming_it(
     leftovers.update(wait_for("the demo's 7 processes", lambda: all_started(demo), timeout_s=120))
     writer = _audit_writer(demo.pid)
     assert writer is not None
-    fields = stat(writer)
+    fields = stat_fields(writer)
     assert fields is not None
     serve = int(fields[1])  # the writer's parent
     with held_at_exit(writer):
