@@ -65,11 +65,11 @@ def pg_engine(pg_audit_engine: Engine) -> Engine:
 def test_postgres_unreachable_then_reachable(pg_engine: Engine, tmp_path: Path) -> None:
     spill = tmp_path / "spill"
     wrong: URL = pg_engine.url.set(port=WRONG_PORT)
-    down = AuditWriter(create_audit_engine(wrong), spill)
-    for record in RUN.decisions:
-        down.enqueue(record)
-    wait_for("a failed write against the wrong port", lambda: down.stats().write_errors > 0, 10)
-    left = down.close(drain_timeout_s=0.2)
+    with AuditWriter(create_audit_engine(wrong), spill) as down:
+        for record in RUN.decisions:
+            down.enqueue(record)
+        wait_for("a failed write against the wrong port", lambda: down.stats().write_errors > 0, 10)
+        left = down.close(drain_timeout_s=0.2)
     assert (left.queue_depth, left.rows_written) == (N, 0)
     assert stored_ids(pg_engine) == []
     with AuditWriter(pg_engine, spill) as up:

@@ -86,11 +86,14 @@ def test_a_sigkilled_parent_leaves_no_writer_process(tmp_path: Path, database: s
         [sys.executable, "-c", PARENT, url, str(tmp_path / "spill")], stdout=subprocess.PIPE,
         text=True,
     )  # fmt: skip
-    assert parent.stdout is not None
-    child = int(parent.stdout.readline())
-    assert alive(child)
-    parent.send_signal(signal.SIGKILL)
-    assert parent.wait(10) == -signal.SIGKILL
+    try:  # a failure before the SIGKILL left the parent, and its writer, running
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert alive(child)
+        parent.send_signal(signal.SIGKILL)
+        assert parent.wait(10) == -signal.SIGKILL
+    finally:
+        parent.kill()
     wait_for(f"writer process {child} to exit", lambda: not alive(child), 10)
     if database == "reachable":
         engine = create_audit_engine(url)
@@ -129,15 +132,18 @@ def test_a_sigkilled_parent_leaves_no_writer_blocked_in_the_database(
             [sys.executable, "-c", PARENT, url, str(tmp_path / "spill")],
             stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
-        assert parent.stdout is not None
-        child = int(parent.stdout.readline())
-        wait_for(
-            "the writer to wait on the lock",
-            lambda: bool(locker.execute(LOCK_WAITERS).fetchone()[0]),  # type: ignore[index]
-            15,
-        )
-        parent.send_signal(signal.SIGKILL)
-        assert parent.wait(10) == -signal.SIGKILL
+        try:
+            assert parent.stdout is not None
+            child = int(parent.stdout.readline())
+            wait_for(
+                "the writer to wait on the lock",
+                lambda: bool(locker.execute(LOCK_WAITERS).fetchone()[0]),  # type: ignore[index]
+                15,
+            )
+            parent.send_signal(signal.SIGKILL)
+            assert parent.wait(10) == -signal.SIGKILL
+        finally:
+            parent.kill()
         # The default statement timeout (15 s) has not passed: the watchdog ended it.
         wait_for(f"writer process {child} to exit", lambda: not alive(child), 5)
 

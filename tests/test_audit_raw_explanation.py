@@ -269,11 +269,11 @@ def test_every_segment_carries_its_fleet_line_and_decodes_alone(
 ) -> None:
     spill = tmp_path / "spill"
     down = create_audit_engine("postgresql+psycopg://postgres@127.0.0.1:1/nowhere")
-    writer = AuditWriter(down, spill, WriterSettings(segment_bytes=4096))
-    for i in range(30):
-        d = DECISIONS[i % len(DECISIONS)]
-        writer.enqueue(DecisionRecord(**{**_fields(record(d)), "request_id": f"seg-{i}"}))
-    assert writer.close(drain_timeout_s=0).queue_depth == 30
+    with AuditWriter(down, spill, WriterSettings(segment_bytes=4096)) as writer:
+        for i in range(30):
+            d = DECISIONS[i % len(DECISIONS)]
+            writer.enqueue(DecisionRecord(**{**_fields(record(d)), "request_id": f"seg-{i}"}))
+        assert writer.close(drain_timeout_s=0).queue_depth == 30
     segments = sorted(spill.glob(f"*{SEGMENT_SUFFIX}"))
     assert len(segments) > 3
     assert all(path.read_bytes().startswith(FLEET_TAG) for path in segments)

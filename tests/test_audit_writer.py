@@ -112,26 +112,26 @@ def test_unreachable_database_spills_within_the_limit_and_refuses_beyond(
 ) -> None:
     errors: list[str] = []
     settings = WriterSettings(max_spill_bytes=200_000)
-    writer = AuditWriter(
+    with AuditWriter(
         create_audit_engine(UNREACHABLE_PG), tmp_path / "s", settings, on_write_error=errors.append
-    )
-    accepted = 0
-    with pytest.raises(SpillFullError, match="limit 200000"):
-        for record in RUN.decisions:
-            writer.enqueue(record)
-            accepted += 1
-    assert 100 < accepted < len(RUN.decisions)
-    deadline = time.monotonic() + 10
-    while not errors and time.monotonic() < deadline:
-        time.sleep(0.01)
-    stats = writer.stats()
-    assert stats.queue_depth == accepted
-    assert 190_000 < stats.spill_bytes <= 200_000
-    assert stats.refused == 1
-    assert errors and "OperationalError" in errors[0]
-    caplog.set_level(logging.INFO, logger="slaguard.audit.writer")
-    started = time.monotonic()
-    final = writer.close(drain_timeout_s=0.3)
+    ) as writer:
+        accepted = 0
+        with pytest.raises(SpillFullError, match="limit 200000"):
+            for record in RUN.decisions:
+                writer.enqueue(record)
+                accepted += 1
+        assert 100 < accepted < len(RUN.decisions)
+        deadline = time.monotonic() + 10
+        while not errors and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stats = writer.stats()
+        assert stats.queue_depth == accepted
+        assert 190_000 < stats.spill_bytes <= 200_000
+        assert stats.refused == 1
+        assert errors and "OperationalError" in errors[0]
+        caplog.set_level(logging.INFO, logger="slaguard.audit.writer")
+        started = time.monotonic()
+        final = writer.close(drain_timeout_s=0.3)
     assert time.monotonic() - started < 3.0
     assert final.queue_depth == accepted
     assert f"with {accepted} records" in caplog.text
@@ -172,11 +172,11 @@ def test_open_writer_migrates_and_spills_beside_the_sqlite_file(tmp_path: Path) 
 def test_drain_time_is_bounded_and_what_is_left_replays(tmp_path: Path) -> None:
     engine = create_audit_engine(f"sqlite:///{tmp_path / 'a.db'}")
     upgrade(engine)
-    writer = AuditWriter(engine, tmp_path / "spill")
-    enqueue_all(writer, RUN.decisions)
-    enqueue_all(writer, RUN.outcomes)
-    started = time.monotonic()
-    left = writer.close(drain_timeout_s=0.0)
+    with AuditWriter(engine, tmp_path / "spill") as writer:
+        enqueue_all(writer, RUN.decisions)
+        enqueue_all(writer, RUN.outcomes)
+        started = time.monotonic()
+        left = writer.close(drain_timeout_s=0.0)
     # No drain time: the child gets STOP_GRACE_S to finish its batch, then is killed.
     assert time.monotonic() - started < STOP_GRACE_S + 1.0
     assert left.queue_depth + left.records_flushed == 1200

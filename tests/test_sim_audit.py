@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,24 @@ from slaguard.sim.traces import load_trace
 from slaguard.sim.workload import assign_workload
 
 
-def test_every_simulated_request_lands_once_and_explains(sqlite_url: URL, tmp_path: Path) -> None:
+@pytest.fixture
+def writer(sqlite_url: URL, tmp_path: Path) -> Iterator[AuditWriter]:
+    """The run's writer on `sqlite_url`; the tests close it to read the rows, the teardown
+    when a test failed first (its writer process ran on for the rest of the worker)."""
+    with open_writer(
+        sqlite_url.render_as_string(hide_password=False),
+        spill_dir=tmp_path / "spill",
+        migrate=True,
+    ) as opened:
+        yield opened
+
+
+def test_every_simulated_request_lands_once_and_explains(
+    sqlite_url: URL, writer: AuditWriter
+) -> None:
     fleet = load_fleet()
     workload = assign_workload(load_trace(AZURE_FIXTURE), fleet)
     db = sqlite_url.render_as_string(hide_password=False)
-    writer = open_writer(db, spill_dir=tmp_path / "spill", migrate=True)
     sim = Simulation(
         fleet,
         workload,
@@ -211,16 +225,11 @@ class ScriptedModes(SimObserver):
 
 
 def _scripted_run(
-    sqlite_url: URL, tmp_path: Path, script: list[tuple[float, FleetMode]]
-) -> tuple[AuditObserver, AuditWriter, float, dict[str, Any]]:
-    """A run whose modes follow `script`, recorded: (sink, writer, base, report)."""
+    writer: AuditWriter, script: list[tuple[float, FleetMode]]
+) -> tuple[AuditObserver, float, dict[str, Any]]:
+    """A run whose modes follow `script`, recorded by `writer`: (sink, base, report)."""
     fleet = load_fleet()
     workload = assign_workload(load_trace(AZURE_FIXTURE), fleet)
-    writer = open_writer(
-        sqlite_url.render_as_string(hide_password=False),
-        spill_dir=tmp_path / "spill",
-        migrate=True,
-    )
     sim = Simulation(fleet, workload, ScriptedModes(script))
     base = 1_700_000_000.0
     sink = AuditObserver(writer, sim, base_epoch_s=base)
@@ -228,11 +237,11 @@ def _scripted_run(
     report = build_report(
         fleet=fleet, workload=workload, results=results, policy="x", trace_path="x", faults=[]
     )
-    return sink, writer, base, report
+    return sink, base, report
 
 
 def test_trips_resolve_when_learned_traffic_resumes_and_link_their_switch(
-    sqlite_url: URL, tmp_path: Path
+    writer: AuditWriter,
 ) -> None:
     """A trip's incident stays open through round-robin and held round-robin, closes at the
     next switch that routes learned traffic (else at the run's end); a switch within a
@@ -245,7 +254,7 @@ def test_trips_resolve_when_learned_traffic_resumes_and_link_their_switch(
         (10.0, LEARNED),
         (12.0, ROUND_ROBIN),
     ]
-    sink, writer, base, report = _scripted_run(sqlite_url, tmp_path, script)
+    sink, base, report = _scripted_run(writer, script)
     sim_s = sink.sim.results.sim_s
     report["guard"]["trips"] = [
         {"detector": "hot_spot", "at_s": 5.8, "subject": "prefix:a", "severity": "warning"},
@@ -277,12 +286,12 @@ def test_trips_resolve_when_learned_traffic_resumes_and_link_their_switch(
 
 
 def test_trips_the_guard_counted_to_one_incident_are_one_row_with_updates(
-    sqlite_url: URL, tmp_path: Path
+    writer: AuditWriter,
 ) -> None:
     """Three trips of one fault episode (the report's `incident_id` shared) were three
     incidents in the database against one in the report and in the service's own rows."""
     script = [(0.0, LEARNED), (3.0, ROUND_ROBIN), (9.0, LEARNED), (11.0, ROUND_ROBIN)]
-    sink, writer, base, report = _scripted_run(sqlite_url, tmp_path, script)
+    sink, base, report = _scripted_run(writer, script)
     report["guard"]["trips"] = [
         {"detector": "ttft_zscore", "at_s": 3.0, "subject": "card:l40s", "summary": "a",
          "incident_id": "inc-3-1", "evidence": {"z": 7.5}},

@@ -76,10 +76,11 @@ def test_a_read_only_postgres_database_is_refused_before_simulating(tmp_path: Pa
 def _leave_in_journal(spill_dir: Path, request_ids: list[str]) -> None:
     """Outcomes acknowledged into `spill_dir` and never written (their database is down):
     what a run that failed while draining leaves behind."""
-    writer = AuditWriter(create_audit_engine("postgresql+psycopg://x@127.0.0.1:1/x"), spill_dir)
-    for rid in request_ids:
-        writer.enqueue(OutcomeRecord(rid, 1_700_000_000.0, 9.0, 9.0, 99.0, "failed", False))
-    assert writer.close(drain_timeout_s=0).queue_depth == len(request_ids)
+    down = create_audit_engine("postgresql+psycopg://x@127.0.0.1:1/x")
+    with AuditWriter(down, spill_dir) as writer:
+        for rid in request_ids:
+            writer.enqueue(OutcomeRecord(rid, 1_700_000_000.0, 9.0, 9.0, 99.0, "failed", False))
+        assert writer.close(drain_timeout_s=0).queue_depth == len(request_ids)
 
 
 def test_a_journal_an_earlier_run_left_is_refused_not_replayed_into_this_run(
