@@ -95,20 +95,35 @@ def start(url: URL, names: list[str], tmp: Path, *extra: str) -> list[Replica]:
         replica = Replica(name, proc)
         replica.start_reader()
         replicas.append(replica)
-    wait_for("every replica's first status", lambda: all(r.last_status() for r in replicas),
-             START_TIMEOUT_S)  # fmt: skip
+    try:
+        wait_for("every replica's first status", lambda: all(r.last_status() for r in replicas),
+                 START_TIMEOUT_S)  # fmt: skip
+    except BaseException:
+        for r in replicas:  # a failed start leaves none running for the next test
+            r.proc.kill()
+            r.proc.wait(10)
+        raise
     return replicas
 
 
 def stop(replicas: list[Replica], tmp: Path | None = None) -> None:
-    """SIGTERM every replica (clean exit expected); keep their lines for a postmortem."""
+    """SIGTERM every replica (clean exit expected); keep their lines for a postmortem.
+    Every one is waited for (killed after 20 s) before any exit is judged."""
     for r in replicas:
         if r.proc.poll() is None:
             r.proc.send_signal(signal.SIGCONT)
             r.proc.terminate()
+    codes: dict[str, int] = {}
     for r in replicas:
         if r.alive:
-            assert r.proc.wait(20) == 0, f"{r.name} exited with {r.proc.returncode}"
+            try:
+                codes[r.name] = r.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                r.proc.kill()
+                codes[r.name] = r.proc.wait(10)
+    for r in replicas:
+        if r.name in codes:
+            assert codes[r.name] == 0, f"{r.name} exited with {codes[r.name]}"
             assert r.events("stop"), f"{r.name} did not stop cleanly"
     if tmp is not None:
         lines = sorted((x for r in replicas for x in r.lines), key=lambda x: x["t"])
