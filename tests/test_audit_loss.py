@@ -196,9 +196,11 @@ def _run_and_kill(url: str, spill: Path) -> None:
         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1],
     )  # fmt: skip
     assert child.stdout is not None
-    line = child.stdout.readline().strip()
-    child.send_signal(signal.SIGKILL)
-    child.wait(10)
+    try:
+        line = child.stdout.readline().strip()
+    finally:  # killed whatever happened: the test's point, and nothing left running
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
     assert line == f"acknowledged {N}"
     assert child.returncode == -signal.SIGKILL
 

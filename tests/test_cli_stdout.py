@@ -47,7 +47,12 @@ def test_a_full_stdout_is_one_error_line(db: str) -> None:
             subprocess.Popen([str(EXE), *c], stdout=full, stderr=subprocess.PIPE, text=True)
             for c in commands
         ]
-        done = [(p.wait(timeout=120), p.communicate()[1]) for p in running]
+        try:
+            done = [(p.wait(timeout=120), p.communicate()[1]) for p in running]
+        finally:  # a command that hangs fails the test, not the next ones
+            for p in running:
+                p.kill()
+                p.wait(10)
     assert done == [(2, NO_SPACE)] * len(commands)
 
 
