@@ -67,6 +67,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+DECISION_HEADER = "x-slaguard-decision-id"
+"""On every answer to a routed request, errors too: the audit DB holds its decision."""
 FORWARD_HEADERS = {"content-type": "application/json", "accept-encoding": "identity"}
 """Asked of the backend: identity, since its bytes are relayed without its headers."""
 
@@ -173,7 +175,8 @@ async def _proxy(
         rt.record_decision(routed, decide_s)
         rt.finish(entry, "rejected", ttft_s=None, tpot_s=None, e2e_s=None)
         notes = "; ".join(routed.decision.explanation.notes) or "no eligible target"
-        raise HTTPException(503, f"no capacity for {body.model}: {notes}", {"Retry-After": "1"})
+        again = {"Retry-After": "1", DECISION_HEADER: entry.decision_id}
+        raise HTTPException(503, f"no capacity for {body.model}: {notes}", again)
     raw = await request.body()
     if entry.served_model != body.model:
         doc = json.loads(raw)
@@ -187,7 +190,7 @@ async def _proxy(
     up = found
     resp = up.response
     out_headers = {
-        "x-slaguard-decision-id": entry.decision_id,
+        DECISION_HEADER: entry.decision_id,
         "x-slaguard-target": rt.fleet.targets[entry.target_index].id,
     }
     media = resp.headers.get("content-type", "application/json")
@@ -216,7 +219,7 @@ async def _whole(
         rt.gateway_metrics.upstream_failures.labels("after_first_byte").inc()
         rt.record_decision(routed, decide_s)
         rt.finish(entry, "failed", ttft_s=None, tpot_s=None, e2e_s=meter.since_start())
-        raise HTTPException(502, f"backend broke while answering: {exc}") from exc
+        raise HTTPException(502, f"backend broke while answering: {exc}", headers) from exc
     finally:
         up.response.release()
     if content is None:
@@ -272,7 +275,8 @@ async def _open_upstream(
             )
     rt.record_decision(routed, 0.0)
     rt.finish(entry, "failed", ttft_s=None, tpot_s=None, e2e_s=None)
-    raise HTTPException(502, "backend failed before answering: " + "; ".join(failures))
+    said = {DECISION_HEADER: entry.decision_id}
+    raise HTTPException(502, "backend failed before answering: " + "; ".join(failures), said)
 
 
 async def _first_byte(

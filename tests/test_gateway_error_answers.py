@@ -1,0 +1,103 @@
+"""The gateway's error answers for requests it routed: they name the decision the audit
+DB holds for them, so a client that sent no `X-Request-Id` can still look it up."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from slaguard.audit.service import UnknownRequestError, explain
+from slaguard.emulator.app import create_emulator_app
+from slaguard.fleet import build_fleet
+from slaguard.service.app import create_app
+from slaguard.service.bootstrap import Service, build_service
+from slaguard.service.config import load_config
+from slaguard.service.local import ServerThread
+
+CARDS = ("h100", "l40s")
+MODEL = "llama3.1-8b"
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+
+
+@dataclass
+class Gateway:
+    service: Service
+    client: httpx.Client
+    emulators: list[str]
+
+    def fault(self, path: str, body: dict[str, Any] | None = None) -> None:
+        for url in self.emulators:
+            assert self.client.post(f"{url}/admin/{path}", json=body or {}).status_code == 200
+
+    def stored_status(self, decision_id: str) -> str:
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            try:
+                found = explain(self.service.engine, decision_id)
+                if found.outcome is not None:
+                    return str(found.outcome["status"])
+            except UnknownRequestError:
+                pass
+            time.sleep(0.02)
+        raise AssertionError(f"no stored outcome for {decision_id}")
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    tmp: Path = tmp_path_factory.mktemp("gateway-errors")
+    emulators = []
+    for card in CARDS:
+        target = build_fleet({"targets": [{"id": card, "model": MODEL, "card": card}]})
+        emulators.append(ServerThread(create_emulator_app(target.targets[0], speedup=4.0)).start())
+    fleet = {
+        "targets": [
+            {"id": f"{c}-8b", "model": MODEL, "card": c, "url": e.url}
+            for c, e in zip(CARDS, emulators, strict=True)
+        ]
+    }
+    (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+    cfg = load_config(None, {
+        "fleet": tmp / "fleet.yaml", "db": str(tmp / "audit.db"),
+        "telemetry": {"scrape": False}, "notify_file": tmp / "incidents.jsonl",
+    })  # fmt: skip
+    service = build_service(cfg)
+    app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
+    try:
+        with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+            yield Gateway(service, c, [e.url for e in emulators])
+    finally:
+        service.close()
+        for e in emulators:
+            e.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_every_candidate_failing_names_its_decision(gateway: Gateway, stream: bool) -> None:
+    gateway.fault("fail", {"mode": "refuse"})
+    try:
+        r = gateway.client.post("/v1/chat/completions", json={**CHAT, "stream": stream})
+    finally:
+        gateway.fault("recover")
+    assert r.status_code == 502
+    assert gateway.stored_status(r.headers["x-slaguard-decision-id"]) == "failed"
+
+
+def test_no_capacity_names_its_decision(gateway: Gateway) -> None:
+    rt = gateway.service.runtime
+    for t in rt.fleet:
+        rt.scheduler.state.set_healthy(t.index, False)
+    try:
+        r = gateway.client.post("/v1/chat/completions", json=CHAT)
+    finally:
+        for t in rt.fleet:
+            rt.scheduler.state.set_healthy(t.index, True)
+    assert r.status_code == 503 and r.headers["retry-after"] == "1"
+    assert "x-slaguard-target" not in r.headers
+    assert gateway.stored_status(r.headers["x-slaguard-decision-id"]) == "rejected"
