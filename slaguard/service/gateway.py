@@ -183,7 +183,7 @@ async def _proxy(
         doc["model"] = entry.served_model
         raw = json.dumps(doc).encode()
     opening = _open_upstream(request, rt, routed, path, raw, body.stream)
-    found = await opening if body.stream else await unless_client_leaves(request, opening)
+    found = await unless_client_leaves(request, opening)
     meter = StreamMeter(started)
     if found is None:
         return _client_left(rt, routed, decide_s, meter)

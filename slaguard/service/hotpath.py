@@ -166,8 +166,9 @@ class JsonBytes(Response):
 
 async def unless_client_leaves(request: Request, work: Awaitable[_T]) -> _T | None:
     """`work`'s result, or None as soon as the client disconnects (`work` is cancelled).
-    For an answer sent whole, which Starlette does not cancel when its client leaves:
-    the work nobody waits for is abandoned. `request`'s body must have been read."""
+    For what comes before a response starts (a stream's first byte, an answer sent
+    whole), which Starlette does not cancel when its client leaves: the work nobody waits
+    for is abandoned. `request`'s body must have been read."""
 
     async def client_left() -> None:
         while (await request.receive())["type"] != "http.disconnect":

@@ -1,8 +1,11 @@
-"""The gateway's error answers for requests it routed: they name the decision the audit
-DB holds for them, so a client that sent no `X-Request-Id` can still look it up."""
+"""Requests the gateway routed but did not answer: its error answers name the decision
+the audit DB holds for them (a client that sent no `X-Request-Id` can still look it up),
+and a client that leaves before the first byte stops the backends' work at once."""
 
 from __future__ import annotations
 
+import json
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +26,7 @@ from slaguard.service.local import ServerThread
 
 CARDS = ("h100", "l40s")
 MODEL = "llama3.1-8b"
+FIRST_BYTE_TIMEOUT_S = 2.0
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 
 
@@ -36,17 +40,20 @@ class Gateway:
         for url in self.emulators:
             assert self.client.post(f"{url}/admin/{path}", json=body or {}).status_code == 200
 
-    def stored_status(self, decision_id: str) -> str:
+    def stored(self, decision_id: str) -> Any:
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline:
             try:
                 found = explain(self.service.engine, decision_id)
                 if found.outcome is not None:
-                    return str(found.outcome["status"])
+                    return found
             except UnknownRequestError:
                 pass
             time.sleep(0.02)
         raise AssertionError(f"no stored outcome for {decision_id}")
+
+    def stored_status(self, decision_id: str) -> str:
+        return str(self.stored(decision_id).outcome["status"])
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +73,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     cfg = load_config(None, {
         "fleet": tmp / "fleet.yaml", "db": str(tmp / "audit.db"),
         "telemetry": {"scrape": False}, "notify_file": tmp / "incidents.jsonl",
+        "gateway": {"first_byte_timeout_s": FIRST_BYTE_TIMEOUT_S},
     })  # fmt: skip
     service = build_service(cfg)
     app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
@@ -101,3 +109,34 @@ def test_no_capacity_names_its_decision(gateway: Gateway) -> None:
     assert r.status_code == 503 and r.headers["retry-after"] == "1"
     assert "x-slaguard-target" not in r.headers
     assert gateway.stored_status(r.headers["x-slaguard-decision-id"]) == "rejected"
+
+
+def test_a_client_leaving_a_stream_before_its_first_byte_is_recorded_when_it_leaves(
+    gateway: Gateway,
+) -> None:
+    """It was waited for up to `first_byte_timeout_s`, then retried on a second target
+    for as long again: two backends busy for a client long gone, and two upstream
+    failures counted against them."""
+    rt = gateway.service.runtime
+    retries = rt.gateway_metrics.retries._value.get()
+    body = json.dumps({**CHAT, "stream": True}).encode()
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"X-Request-Id: leaves-early\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    gateway.fault("slowdown", {"factor": 1000})  # no first token for seconds
+    try:
+        host, port = gateway.client.base_url.host, gateway.client.base_url.port
+        with socket.create_connection((host, port or 80)) as conn:
+            conn.sendall(head.encode() + body)
+            deadline = time.monotonic() + 10.0
+            while "leaves-early" not in rt.pending and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert "leaves-early" in rt.pending
+        found = gateway.stored("leaves-early")
+    finally:
+        gateway.fault("recover")
+    assert found.outcome["status"] == "failed"
+    assert found.outcome["e2e_s"] < FIRST_BYTE_TIMEOUT_S
+    assert rt.gateway_metrics.retries._value.get() == retries
+    assert found.other.get("notes", []) == []
