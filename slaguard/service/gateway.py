@@ -67,8 +67,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-DECISION_HEADER = "x-slaguard-decision-id"
-"""On every answer to a routed request, errors too: the audit DB holds its decision."""
+DECISION_HEADER = "x-slaguard-decision-id"  # on every answer to a routed request, errors too
 FORWARD_HEADERS = {"content-type": "application/json", "accept-encoding": "identity"}
 """Asked of the backend: identity, since its bytes are relayed without its headers."""
 
