@@ -22,7 +22,7 @@ from pydantic import SecretStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from slaguard import __version__
-from slaguard.service import admin, gateway, routing_views, views
+from slaguard.service import admin, gateway, gateway_models, routing_views, views
 from slaguard.service.hotpath import HotPathApp, direct_endpoints, validation_message
 from slaguard.service.loops import ServiceLoops
 from slaguard.service.request_checks import FieldError
@@ -142,7 +142,10 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.admin_token = admin_token
-    for router in (*hot, views.router, admin.router):
+    plain = [views.router, admin.router]
+    if runtime.config.gateway.enabled:
+        plain.append(gateway_models.router)
+    for router in (*hot, *plain):
         app.include_router(router)
 
     @app.exception_handler(RequestValidationError)
