@@ -140,3 +140,48 @@ def test_a_client_leaving_a_stream_before_its_first_byte_is_recorded_when_it_lea
     assert found.outcome["e2e_s"] < FIRST_BYTE_TIMEOUT_S
     assert rt.gateway_metrics.retries._value.get() == retries
     assert found.other.get("notes", []) == []
+
+
+def test_a_retried_stream_feeds_the_guard_the_answering_targets_own_ttft(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first target stalled to `first_byte_timeout_s` and the next one answered: the
+    guard was fed the client's TTFT (the stall included) as the answering target's, so a
+    stalled card could get a healthy one demoted. The client's TTFT stays the audited one."""
+    rt = gateway.service.runtime
+    heard: list[tuple[str, str, float | None]] = []
+    first_token, on_outcome = rt.modes.on_first_token, rt.modes.on_outcome
+
+    def hear_first(sample: Any) -> None:
+        heard.append(("first", sample.target_id, sample.ttft_s))
+        first_token(sample)
+
+    def hear_outcome(sample: Any) -> None:
+        heard.append(("outcome", sample.target_id, sample.ttft_s))
+        on_outcome(sample)
+
+    monkeypatch.setattr(rt.modes, "on_first_token", hear_first)
+    monkeypatch.setattr(rt.modes, "on_outcome", hear_outcome)
+    stalled = gateway.emulators[0]
+    assert gateway.client.post(f"{stalled}/admin/slowdown", json={"factor": 1000}).is_success
+    try:
+        for n in range(6):  # until the router picks the stalled target first
+            heard.clear()
+            rid = f"retried-{n}"
+            r = gateway.client.post(
+                "/v1/chat/completions", json={**CHAT, "stream": True}, headers={"X-Request-Id": rid}
+            )
+            assert r.status_code == 200, r.text
+            found = gateway.stored(rid)
+            if any("failed before the first byte" in x for x in found.other.get("notes", [])):
+                break
+        else:
+            raise AssertionError("the stalled target was never tried first")
+    finally:
+        gateway.client.post(f"{stalled}/admin/recover", json={})
+    answering = r.headers["x-slaguard-target"]
+    assert found.outcome["ttft_s"] >= FIRST_BYTE_TIMEOUT_S  # what the client waited
+    assert [(kind, target) for kind, target, _ in heard] == [
+        ("first", answering), ("outcome", answering)
+    ]  # fmt: skip
+    assert all(ttft is not None and ttft < FIRST_BYTE_TIMEOUT_S / 2 for _, _, ttft in heard)

@@ -60,12 +60,10 @@ from slaguard.service.sse_meter import StreamMeter
 from slaguard.service.views import runtime_of
 
 log = logging.getLogger(__name__)
-router = APIRouter(route_class=DirectRoute)
-"""Once per inference request: endpoints on the hot path (see `hotpath`)."""
+router = APIRouter(route_class=DirectRoute)  # once per inference request: see `hotpath`
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (409, 422, 502, 503, 504)
+    c: {"model": ErrorResponse} for c in (409, 422, 502, 503, 504)
 }
-
 
 DECISION_HEADER = "x-slaguard-decision-id"  # on every answer to a routed request, errors too
 FORWARD_HEADERS = {"content-type": "application/json", "accept-encoding": "identity"}
@@ -261,10 +259,12 @@ async def _open_upstream(
             rt.scheduler.state.add_queue(entry.target_index, -1)
             rt.scheduler.state.add_queue(index, 1)
             entry.target_index = index
+        began = time.monotonic()
         try:
             async with asyncio.timeout(g.first_byte_timeout_s if stream else g.read_timeout_s):
                 return await _first_byte(client, target, path, raw)
         except (UpstreamError, aiohttp.ClientError, TimeoutError) as exc:
+            entry.not_served_s += time.monotonic() - began
             gm.upstream_failures.labels("before_first_byte").inc()
             why = str(exc) or type(exc).__name__
             failures.append(f"{target.id}: {why}")

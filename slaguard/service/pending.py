@@ -44,6 +44,9 @@ class Pending(msgspec.Struct, gc=False):
     first_ttft_s: float | None = None
     """The TTFT `first_token` already gave the guard (None: not given): a later
     `finish` without a TTFT of its own is judged and recorded with it."""
+    not_served_s: float = 0.0
+    """Seconds of the request spent on gateway attempts that failed before the answering
+    target had it: left out of the TTFT the guard and the learner judge that target on."""
 
 
 @dataclass(slots=True)

@@ -219,8 +219,8 @@ class ServiceRuntime:
         target = self.fleet.targets[entry.target_index]
         self.modes.on_first_token(
             FirstToken(
-                self.clock(), target.id, target.card.id, target.model.id, ttft_s,
-                entry.prompt_tokens,
+                self.clock(), target.id, target.card.id, target.model.id,
+                _served(entry, ttft_s), entry.prompt_tokens,
             )
         )  # fmt: skip
         return True
@@ -251,10 +251,11 @@ class ServiceRuntime:
         self.violated_count += not met
         if entry.target_index is not None:
             self.scheduler.state.add_queue(entry.target_index, -1)
+        own_ttft_s = None if ttft_s is None else _served(entry, ttft_s)
         if status != "ok":
             self.scheduler.observe_outcome(entry.learner_components, None, entry.deadline_s)
-        elif ttft_s is not None:
-            self.scheduler.observe_outcome(entry.learner_components, ttft_s, entry.deadline_s)
+        elif own_ttft_s is not None:
+            self.scheduler.observe_outcome(entry.learner_components, own_ttft_s, entry.deadline_s)
         if self.writer is not None:
             try:
                 self.writer.enqueue(
@@ -284,7 +285,7 @@ class ServiceRuntime:
                 model_id=target.model.id,
                 sla_met=met,
                 deadline_s=deadline,
-                ttft_s=ttft_s,
+                ttft_s=own_ttft_s,
                 arm=entry.arm,
                 prefix_id=entry.prefix_id,
                 prompt_tokens=prompt,
@@ -348,3 +349,11 @@ class ServiceRuntime:
             "stale_after_s": self.config.telemetry.stale_after_s,
             "targets": targets,
         }
+
+
+def _served(entry: Pending, ttft_s: float) -> float:
+    """The answering target's own TTFT: a gateway retry's failed attempts (a backend that
+    stalled to `first_byte_timeout_s`) are not the target's doing, and were fed to the
+    guard as its TTFT, demoting a healthy target for a stalled one. The SLA, the audit DB
+    and the TTFT histogram keep the client's TTFT."""
+    return max(0.0, ttft_s - entry.not_served_s)
