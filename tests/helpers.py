@@ -8,6 +8,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from sqlalchemy import Engine
+
+from slaguard.audit.service import UnknownRequestError, explain
 from slaguard.fleet import Fleet, Priority, Request, build_fleet
 
 _T = TypeVar("_T")
@@ -33,6 +36,19 @@ def wait_for(what: str, check: Callable[[], _T | None], timeout_s: float = 15.0)
             return value
         assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
         time.sleep(0.01)
+
+
+def stored_outcome(engine: Engine, decision_id: str, timeout_s: float = 10.0) -> Any:
+    """The decision as `audit explain` reads it, once the writer has stored its outcome."""
+
+    def found() -> Any:
+        try:
+            stored = explain(engine, decision_id)
+        except UnknownRequestError:
+            return None
+        return stored if stored.outcome is not None else None
+
+    return wait_for(f"the stored outcome of {decision_id}", found, timeout_s)
 
 
 def fleet_of(*targets: dict[str, Any], **extra: Any) -> Fleet:

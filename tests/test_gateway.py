@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from helpers import wait_for
+from helpers import stored_outcome, wait_for
 
 from slaguard.audit.service import UnknownRequestError, explain
 from slaguard.emulator.app import create_emulator_app
@@ -46,16 +46,7 @@ class Stack:
         return self.service.runtime.gateway_metrics.retries._value.get()
 
     def outcome(self, decision_id: str, timeout_s: float = 10.0) -> Any:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                found = explain(self.service.engine, decision_id)
-                if found.outcome is not None:
-                    return found
-            except UnknownRequestError:
-                pass
-            time.sleep(0.02)
-        raise AssertionError(f"no stored outcome for {decision_id}")
+        return stored_outcome(self.service.engine, decision_id, timeout_s)
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from helpers import stored_outcome
 
-from slaguard.audit.service import UnknownRequestError, explain
 from slaguard.emulator.app import create_emulator_app
 from slaguard.fleet import build_fleet
 from slaguard.service.app import create_app
@@ -41,16 +41,7 @@ class Gateway:
             assert self.client.post(f"{url}/admin/{path}", json=body or {}).status_code == 200
 
     def stored(self, decision_id: str) -> Any:
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline:
-            try:
-                found = explain(self.service.engine, decision_id)
-                if found.outcome is not None:
-                    return found
-            except UnknownRequestError:
-                pass
-            time.sleep(0.02)
-        raise AssertionError(f"no stored outcome for {decision_id}")
+        return stored_outcome(self.service.engine, decision_id)
 
     def stored_status(self, decision_id: str) -> str:
         return str(self.stored(decision_id).outcome["status"])
