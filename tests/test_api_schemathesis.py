@@ -10,6 +10,8 @@ them against real emulators.
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +36,10 @@ _counted: dict[str, int] = {}
 
 def _build() -> tuple[Service, schemathesis.BaseSchema]:
     """The service on a throwaway SQLite file (built at import: schemathesis parametrizes
-    from the schema when the module is collected)."""
+    from the schema when the module is collected). Closed, and its directory removed, at
+    exit too: a process that only collects the module (a pytest-xdist worker, where these
+    tests are deselected) runs none of its fixtures, and left its audit writer running and
+    its directory behind."""
     tmp = Path(tempfile.mkdtemp(prefix="slaguard-schemathesis-"))
     fleet = {
         "targets": [
@@ -53,6 +58,8 @@ def _build() -> tuple[Service, schemathesis.BaseSchema]:
         },
     )
     service = build_service(cfg)
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    atexit.register(service.close)  # runs first: the writer stops before its files go
     service.runtime.ready_problem = None
     app = create_app(service.runtime, admin_token=SecretStr(TOKEN), run_loops=False)
     loaded = schemathesis.openapi.from_asgi("/openapi.json", app)
