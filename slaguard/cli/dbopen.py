@@ -88,13 +88,17 @@ def _not_sqlite(exc: SQLAlchemyError, path: Path | None, option: str, create: bo
         or getattr(getattr(exc, "orig", None), "sqlite_errorname", None) != "SQLITE_NOTADB"
     ):
         return None
+    return _not_a_database(path, option, error_line(exc), create)
+
+
+def _not_a_database(path: Path, option: str, sqlite_said: str, create: bool) -> str:
     fix = (
         "name a file that does not exist yet for a new database"
         if create
         else f"pass as {option} {WRITTEN_DB}"
     )
     return (
-        f"{option}: {path} is not a SQLite database (SQLite: {error_line(exc)}); "
+        f"{option}: {path} is not a SQLite database (SQLite: {sqlite_said}); "
         f"fix: check the path, or {fix}"
     )
 
@@ -171,10 +175,7 @@ def check_sqlite_file(url: URL, option: str) -> None:
             conn.execute("PRAGMA schema_version")
     except sqlite3.DatabaseError as exc:
         if getattr(exc, "sqlite_errorname", None) == "SQLITE_NOTADB":
-            fail(
-                f"{option}: {path} is not a SQLite database (SQLite: {exc}); fix: check the "
-                "path, or name a file that does not exist yet for a new database"
-            )
+            fail(_not_a_database(path, option, str(exc), create=True))
 
 
 def open_audit_db(db: str | None, *, statement_timeout_s: float | None = None) -> Engine:
