@@ -24,6 +24,7 @@ from slaguard.audit.records import IncidentRecord
 from slaguard.audit.sample import SICK_TARGET, load_run, synthetic_run
 from slaguard.audit.store import open_incident
 from slaguard.fleet.fleet import load_fleet
+from slaguard.guard.status_rows import arm_sla
 
 START_S = 1_796_000_000.0
 RUN = synthetic_run(2000, start_s=START_S, seed=5)
@@ -207,3 +208,32 @@ def test_degraded_decisions_hold_no_capacity_share_of_the_requested_model(
         assert len(row) >= 1 and (row["capacity_share"] == 0).all()
         own = got[(got.model_id == "llama3.1-8b") & (got.target_id == "h200-8b")]
         assert (own["capacity_share"] > 0.1).all()
+
+
+def test_client_errors_count_in_no_violation_rate(audit_engine: Engine, tmp_path: Path) -> None:
+    """A `client_error` (sla_met null) is judged by no SLA: `summary` and `status`'s
+    per-arm figures leave it out of both outcomes and violations, where counting it as an
+    outcome diluted the rate the rollback rule reads."""
+    small = synthetic_run(400, start_s=START_S, seed=4)
+    outcomes = [
+        replace(o, status="client_error", sla_met=None, ttft_s=None, tpot_s=None)
+        if i % 4 == 0 and o.status == "ok"
+        else o
+        for i, o in enumerate(small.outcomes)
+    ]
+    load_run(audit_engine, replace(small, outcomes=outcomes), tmp_path / "spill")
+    arm_of = {d.request_id: d.policy_arm for d in small.decisions}
+    judged = [o for o in outcomes if o.sla_met is not None]
+    assert 50 < len(outcomes) - len(judged) < len(outcomes) // 4 + 1
+    got = service.summary(audit_engine, SINCE, UNTIL, CAPACITY)
+    arms = arm_sla(audit_engine, SINCE, UNTIL)
+    for arm in ("learned", "round_robin"):
+        mine = [o for o in judged if arm_of[o.request_id] == arm]
+        missed = sum(not o.sla_met for o in mine)
+        rows = got[got.policy_arm == arm]
+        assert rows["outcomes"].sum() == len(mine)
+        rates = rows["sla_violation_rate"].fillna(0.0)
+        assert (rates * rows["outcomes"]).sum() == pytest.approx(missed)
+        row = next(r for r in arms.arms if r["arm"] == arm)
+        assert (row["outcomes"], row["sla_violations"]) == (len(mine), missed)
+        assert row["sla_violation_rate"] == pytest.approx(missed / len(mine))

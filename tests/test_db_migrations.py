@@ -62,7 +62,7 @@ def test_upgrade_from_empty_and_from_first_revision_reaches_head(empty_engine: E
         require_current_schema(empty_engine)
     upgrade(empty_engine)
     require_current_schema(empty_engine)
-    assert current_revision(empty_engine) == head_revision() == "0002_guard_state"
+    assert current_revision(empty_engine) == head_revision() == "0003_unjudged_outcomes"
     tables = set(inspect(empty_engine).get_table_names())
     assert {"decisions", "outcomes", "mode_changes", "incidents", "weight_versions",
             "fleet_state", "alembic_version"} <= tables  # fmt: skip
@@ -88,6 +88,37 @@ def test_downgrade_to_base_drops_everything_and_upgrade_restores(empty_engine: E
     assert current_revision(empty_engine) == head_revision()
 
 
+def test_unjudged_outcomes_keep_the_rows_and_go_back_as_misses(empty_engine: Engine) -> None:
+    """0003 makes `sla_met` nullable without losing an outcome (SQLite rebuilds the
+    table); going back, an unjudged outcome becomes the miss older slaguard recorded."""
+    upgrade(empty_engine, "0002_guard_state")
+    insert = text(
+        "INSERT INTO outcomes (request_id, finished_at, status, sla_met) "
+        "VALUES (:id, :at, :status, :met)"
+    )
+    at = "2026-12-01 00:00:00+00:00"
+    with empty_engine.begin() as conn:
+        met = {"id": "met", "at": at, "status": "ok", "met": True}
+        conn.execute(insert, [met, {"id": "missed", "at": at, "status": "failed", "met": False}])
+    upgrade(empty_engine)
+    with empty_engine.begin() as conn:
+        conn.execute(insert, {"id": "unjudged", "at": at, "status": "client_error", "met": None})
+    stored = "SELECT request_id, sla_met FROM outcomes ORDER BY request_id"
+    with empty_engine.connect() as conn:
+        rows = {r: None if m is None else bool(m) for r, m in conn.execute(text(stored))}
+    assert rows == {"met": True, "missed": False, "unjudged": None}
+    assert {ix["name"] for ix in inspect(empty_engine).get_indexes("outcomes")} == {
+        "ix_outcomes_finished_at"
+    }
+    downgrade(empty_engine, "0002_guard_state")
+    with empty_engine.connect() as conn:
+        rows = {r: bool(m) for r, m in conn.execute(text(stored))}
+    assert rows == {"met": True, "missed": False, "unjudged": False}
+    assert not next(c for c in inspect(empty_engine).get_columns("outcomes")
+                    if c["name"] == "sla_met")["nullable"]  # fmt: skip
+    upgrade(empty_engine)
+
+
 @pytest.mark.parametrize("revision", ["0099_from_the_future", "abc123def"])
 def test_an_unknown_revision_is_refused_with_both_fixes(
     empty_engine: Engine, revision: str
@@ -107,12 +138,12 @@ def test_an_unknown_revision_is_refused_with_both_fixes(
             conn.execute(text(f"UPDATE alembic_version SET version_num = '{head_revision()}'"))
     assert str(refused.value) == (
         f"database {url} is at schema revision {revision}, which this slaguard (head "
-        "0002_guard_state) does not know: either a newer slaguard migrated it (fix: upgrade "
+        "0003_unjudged_outcomes) does not know: either a newer slaguard migrated it (fix: upgrade "
         "slaguard, `pip install -U slaguard`) or it is another application's database (fix: "
         "give slaguard a database, or a schema, of its own)"
     )
     assert current.exit_code == 1 and current.stdout == (
-        f"{url}: revision {revision} (head 0002_guard_state): unknown to this slaguard: a "
+        f"{url}: revision {revision} (head 0003_unjudged_outcomes): unknown to this slaguard: a "
         "newer slaguard's (upgrade slaguard) or another application's database (use one of "
         "slaguard's own)\n"
     )
@@ -139,17 +170,20 @@ def test_db_cli_upgrade_then_current(tmp_path: Path) -> None:
     assert "does not exist" in result.output and "slaguard db upgrade" in result.output
     result = runner.invoke(app, ["db", "upgrade", "--db", db])
     assert result.exit_code == 0, result.output
-    assert "empty -> 0002_guard_state" in result.output
+    assert "empty -> 0003_unjudged_outcomes" in result.output
     result = runner.invoke(app, ["db", "current", "--db", db])
     assert result.exit_code == 0
-    assert "revision 0002_guard_state (head 0002_guard_state): up to date" in result.output
+    assert (
+        "revision 0003_unjudged_outcomes (head 0003_unjudged_outcomes): up to date" in result.output
+    )
     bogus = runner.invoke(app, ["db", "upgrade", "--db", db, "--revision", "bogus"])
     assert bogus.exit_code == 2 and bogus.output.startswith(
         "error: --revision: unknown revision 'bogus'; use head or one of ['0001_"
     )
     back = runner.invoke(app, ["db", "upgrade", "--db", db, "--revision", FIRST])
     assert back.exit_code == 0 and back.output.endswith(
-        f"0002_guard_state -> 0002_guard_state (already past {FIRST}: upgrade never goes back)\n"
+        "0003_unjudged_outcomes -> 0003_unjudged_outcomes "
+        f"(already past {FIRST}: upgrade never goes back)\n"
     )
 
 

@@ -216,3 +216,35 @@ def test_a_failed_feedback_without_any_time_is_recorded(api: Api, status: str) -
     assert r.status_code == 200, r.text
     assert (r.json()["recorded"], r.json()["sla_met"]) == (True, False)
     assert api.outcome(decision_id)["status"] == status
+
+
+@pytest.mark.parametrize("evicted", [False, True], ids=["in-memory", "from-the-database"])
+def test_a_client_error_is_judged_by_no_sla_and_a_repeat_is_a_duplicate(
+    api: Api, evicted: bool
+) -> None:
+    """A backend's refusal of the request itself (status `client_error`) was no status
+    at all (422), so callers reported it `rejected`: an SLA miss blamed on the card, fed
+    to the learner and the guard. Stored with `sla_met` null, a repeat found in the
+    database was taken for a decision without an outcome and recorded again."""
+    decision_id = f"client-error-{evicted}"
+    api.routed(decision_id)
+    rt = api.service.runtime
+    if evicted:
+        api.flushed()
+        rt.pending.pop(decision_id)
+    finished, violated, learning = (
+        rt.finished_count,
+        rt.violated_count,
+        rt.scheduler.learner.pending,
+    )
+    body = {"decision_id": decision_id, "status": "client_error"}
+    first = api.post("/v1/feedback", body).json()
+    assert (first["recorded"], first["duplicate"], first["sla_met"]) == (True, False, None)
+    assert rt.violated_count == violated and rt.scheduler.learner.pending == learning
+    assert rt.finished_count == finished + (not evicted)
+    stored = api.outcome(decision_id)
+    assert (stored["status"], stored["sla_met"]) == ("client_error", None)
+    rt.pending.pop(decision_id, None)
+    rt.late_outcomes.pop(decision_id, None)  # as after a restart: only the database knows
+    again = api.post("/v1/feedback", {**body, "status": "ok", "ttft_s": 0.1}).json()
+    assert (again["recorded"], again["duplicate"], again["sla_met"]) == (False, True, None)

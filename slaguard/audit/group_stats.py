@@ -60,12 +60,13 @@ def grouped_stats(
     until: datetime,
     keys: Sequence[SQLColumnExpression[Any]],
 ) -> pd.DataFrame:
-    """Per group: decisions, outcomes, SLA violations, TTFT p50/p99 (one indexed scan)."""
+    """Per group: decisions, outcomes an SLA judges (a `client_error` is none), SLA
+    violations, TTFT p50/p99 (one indexed scan)."""
     counts: Select[Any] = (
         select(
             *keys,
             func.count().label("decisions"),
-            func.count(Outcome.request_id).label("outcomes"),
+            func.count(Outcome.sla_met).label("outcomes"),
             func.coalesce(func.sum(case((Outcome.sla_met.is_(False), 1), else_=0)), 0).label(
                 "sla_violations"
             ),

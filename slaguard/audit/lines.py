@@ -88,7 +88,7 @@ class OutcomeLine(msgspec.Struct):
     tpot_s: float | None
     e2e_s: float | None
     status: str
-    sla_met: bool
+    sla_met: bool | None
 
 
 class FleetLine(msgspec.Struct, array_like=True):

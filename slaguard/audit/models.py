@@ -113,7 +113,8 @@ class Outcome(Base):
     tpot_s: Mapped[float | None]
     e2e_s: Mapped[float | None]
     status: Mapped[str] = mapped_column(String(16))
-    sla_met: Mapped[bool]
+    sla_met: Mapped[bool | None]
+    """None: judged by no SLA (a `client_error`, the client's mistake)."""
 
     __table_args__ = (Index("ix_outcomes_finished_at", "finished_at"),)
 

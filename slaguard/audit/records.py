@@ -16,12 +16,16 @@ from typing import Any, Literal, Protocol, TypedDict
 PriorityName = Literal["high", "normal", "low"]
 PolicyArm = Literal["round_robin", "learned"]
 DecisionOutcome = Literal["routed", "no_capacity", "degraded", "spilled"]
-RequestStatus = Literal["ok", "failed", "rejected", "timeout"]
+RequestStatus = Literal["ok", "failed", "rejected", "timeout", "client_error"]
 
 PRIORITIES: frozenset[str] = frozenset({"high", "normal", "low"})
 POLICY_ARMS: frozenset[str] = frozenset({"round_robin", "learned"})
 DECISION_OUTCOMES: frozenset[str] = frozenset({"routed", "no_capacity", "degraded", "spilled"})
-REQUEST_STATUSES: frozenset[str] = frozenset({"ok", "failed", "rejected", "timeout"})
+REQUEST_STATUSES: frozenset[str] = frozenset(
+    {"ok", "failed", "rejected", "timeout", "client_error"}
+)
+UNJUDGED_STATUSES: frozenset[str] = frozenset({"client_error"})
+"""Requests no SLA judges (`sla_met` None): the client's mistake, no card's slowness."""
 
 MAX_ID_LENGTH = 128
 """Request and target ids are stored as VARCHAR(128)."""
@@ -126,7 +130,8 @@ class DecisionRecord:
 class OutcomeRecord:
     """How the request went, joined to its decision by `request_id`.
 
-    Latencies are None when the request never produced a token (rejected, failed early).
+    Latencies are None when the request never produced a token (rejected, failed early);
+    `sla_met` is None for a request no SLA judges (`UNJUDGED_STATUSES`).
     """
 
     request_id: str
@@ -135,7 +140,7 @@ class OutcomeRecord:
     tpot_s: float | None
     e2e_s: float | None
     status: RequestStatus
-    sla_met: bool
+    sla_met: bool | None
 
     def __post_init__(self) -> None:
         check_id("request_id", self.request_id)

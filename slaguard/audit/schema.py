@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL
 
 from slaguard.audit.engine import sqlite_path
 
-SCHEMA_REVISION = "0002_guard_state"
+SCHEMA_REVISION = "0003_unjudged_outcomes"
 """The Alembic head these models and queries describe (update it with each new migration)."""
 
 

@@ -70,12 +70,12 @@ class ArmComparison:
 
 
 def arm_sla(engine: Engine, since: datetime, until: datetime) -> ArmComparison:
-    """Decisions, outcomes and SLA violations per policy arm in [since, until)."""
+    """Decisions, outcomes an SLA judges and SLA violations per policy arm in [since, until)."""
     stmt = (
         select(
             Decision.policy_arm,
             func.count(),
-            func.count(Outcome.request_id),
+            func.count(Outcome.sla_met),  # judged outcomes: a client_error is none
             func.coalesce(func.sum(case((Outcome.sla_met.is_(False), 1), else_=0)), 0),
         )
         .select_from(Decision)

@@ -309,10 +309,15 @@ async def _first_byte(
         raise
 
 
-def _status_of(code: int) -> RequestStatus:
+FLEET_REFUSALS = frozenset({401, 403, 408, 429})
+"""4xx answers that are the fleet's doing, not the request's: slaguard's credentials
+refused, the backend timed out or shed load. Any other 4xx is the client's mistake."""
+
+
+def status_of_code(code: int) -> RequestStatus:
     if code < 400:
         return "ok"
-    return "rejected" if code < 500 else "failed"
+    return "client_error" if code < 500 and code not in FLEET_REFUSALS else "failed"
 
 
 def _finish_whole(
@@ -320,6 +325,9 @@ def _finish_whole(
 ) -> None:
     """A non-streamed answer: no first-token time; tokens from `usage`."""
     e2e = meter.since_start()
+    status = status_of_code(code)
+    if status == "client_error":
+        rt.gateway_metrics.client_errors.inc()
     usage: dict[str, Any] = {}
     if code < 400:
         try:
@@ -329,7 +337,7 @@ def _finish_whole(
             usage = {}
     rt.finish(
         entry,
-        _status_of(code),
+        status,
         ttft_s=None,
         tpot_s=None,
         e2e_s=e2e,

@@ -20,5 +20,11 @@ class GatewayMetrics:
             ["stage"],
             registry=registry,
         )
+        self.client_errors = Counter(
+            "slaguard_gateway_client_errors_total",
+            "Requests a backend refused as the client's mistake (a 4xx such as 400): relayed "
+            "and audited, judged by no SLA.",
+            registry=registry,
+        )
         for stage in ("before_first_byte", "after_first_byte"):
             self.upstream_failures.labels(stage)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
-from slaguard.audit.records import RequestStatus
+from slaguard.audit.records import UNJUDGED_STATUSES, RequestStatus
 from slaguard.fleet import Priority
 from slaguard.scheduler.explain import Decision, Outcome
 from slaguard.scheduler.rollout import Arm
@@ -69,9 +69,12 @@ class Finished:
 
 def sla_met(
     status: RequestStatus, ttft_s: float | None, e2e_s: float | None, deadline_s: float
-) -> bool:
+) -> bool | None:
     """The SLA judgement: an `ok` request whose first token came by its deadline; with
-    no first-token time (a whole answer) its end, an upper bound, must."""
+    no first-token time (a whole answer) its end, an upper bound, must. A `client_error`
+    (the request itself refused) is judged by none: None."""
+    if status in UNJUDGED_STATUSES:
+        return None
     if status != "ok":
         return False
     if ttft_s is not None:

@@ -288,7 +288,7 @@ async def _feedback_from_db(rt: ServiceRuntime, body: FeedbackRequest) -> dict[s
         )
     if not found.routed:
         raise RoutedNowhereError(body.decision_id)
-    if found.sla_met is not None:
+    if found.has_outcome:
         return {**answer, "sla_met": found.sla_met}
     if _untimed(body):  # a first token of an evicted decision is not kept (`fed: false`)
         raise NoTimingsError(body.decision_id)

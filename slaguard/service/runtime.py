@@ -71,7 +71,7 @@ class ServiceRuntime:
         self.gateway_metrics = GatewayMetrics(metrics.registry)
         self.clock = clock
         self.pending: OrderedDict[str, Pending] = OrderedDict()
-        self.late_outcomes: OrderedDict[str, bool] = OrderedDict()
+        self.late_outcomes: OrderedDict[str, bool | None] = OrderedDict()
         """Decisions evicted from `pending` whose outcome came later and was enqueued
         (id -> SLA met): a repeat is a duplicate even before the writer stored the first."""
         self.ready_problem: str | None = "starting"
@@ -248,14 +248,14 @@ class ServiceRuntime:
         met = sla_met(status, ttft_s, e2e_s, deadline)
         entry.sla_met = met
         self.finished_count += 1
-        self.violated_count += not met
+        self.violated_count += met is False
         if entry.target_index is not None:
             self.scheduler.state.add_queue(entry.target_index, -1)
         own_ttft_s = None if ttft_s is None else _served(entry, ttft_s)
-        if status != "ok":
-            self.scheduler.observe_outcome(entry.learner_components, None, entry.deadline_s)
-        elif own_ttft_s is not None:
-            self.scheduler.observe_outcome(entry.learner_components, own_ttft_s, entry.deadline_s)
+        if met is not None and (status != "ok" or own_ttft_s is not None):
+            # a failure teaches the learner as a miss; a client's mistake (None) nothing
+            learned_ttft_s = own_ttft_s if status == "ok" else None
+            self.scheduler.observe_outcome(entry.learner_components, learned_ttft_s, deadline)
         if self.writer is not None:
             try:
                 self.writer.enqueue(
@@ -263,8 +263,8 @@ class ServiceRuntime:
                 )
             except RecordRefusedError as exc:
                 self._refused(exc)
-        if entry.target_index is None:
-            return Finished(True, False, met)
+        if entry.target_index is None or met is None:
+            return Finished(True, False, met)  # no card's doing: no SLA figure, no guard sample
         target = self.fleet.targets[entry.target_index]
         prompt = prompt_tokens if prompt_tokens is not None else entry.prompt_tokens
         self.metrics.observe_completion(

@@ -116,7 +116,7 @@ class FeedbackRequest(_Body):
     one needs `ttft_s` or `e2e_s` (or a `/v1/first-token` before it) to be judged on."""
 
     decision_id: str = Field(pattern=ID_PATTERN)
-    status: Literal["ok", "failed", "rejected", "timeout"] = "ok"
+    status: Literal["ok", "failed", "rejected", "timeout", "client_error"] = "ok"
     ttft_s: Seconds | None = None
     tpot_s: Annotated[float, Field(ge=0, le=3_600), JSON_NUMBER] | None = None
     e2e_s: Seconds | None = None

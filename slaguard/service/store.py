@@ -19,8 +19,9 @@ class StoredDecision:
     """What feedback needs about a decision found only in the database."""
 
     request_id: str
+    has_outcome: bool
     sla_met: bool | None
-    """The stored outcome's verdict; None: no outcome stored yet."""
+    """The stored outcome's verdict; None without one, or for one no SLA judges."""
     deadline_s: float
     routed: bool
     """False for a `no_capacity` decision: it went to no target."""
@@ -37,14 +38,21 @@ class DecisionStore:
         with self.engine.connect() as conn:
             row = conn.execute(
                 select(
-                    Decision.request_id, Decision.deadline_s, Outcome.sla_met, Decision.target_id
+                    Decision.request_id,
+                    Decision.deadline_s,
+                    Outcome.request_id,
+                    Outcome.sla_met,
+                    Decision.target_id,
                 )
                 .outerjoin(Outcome, Outcome.request_id == Decision.request_id)
                 .where(Decision.request_id == request_id)
             ).one_or_none()
         if row is None:
             return None
-        return StoredDecision(row[0], row[2], float(row[1]), row[3] is not None)
+        request, deadline, outcome, met, target = row
+        return StoredDecision(
+            request, outcome is not None, met, float(deadline), target is not None
+        )
 
     def find_explanation(self, request_id: str) -> dict[str, Any] | None:
         """A stored decision's explanation (what `?explain=1` answered), or None."""
