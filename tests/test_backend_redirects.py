@@ -16,9 +16,9 @@ from starlette.routing import Route
 
 from slaguard.fleet.fleet import Fleet, build_fleet
 from slaguard.scheduler.state import FleetState
-from slaguard.service.gateway import UpstreamError, _first_byte
 from slaguard.service.local import ServerThread
 from slaguard.service.telemetry_scraper import MetricsScraper
+from slaguard.service.upstream import BackendAccess, UpstreamError, first_byte
 
 
 class Elsewhere:
@@ -60,8 +60,9 @@ def test_the_gateway_does_not_follow_a_backends_redirect(
 
     async def send() -> None:
         async with aiohttp.ClientSession() as client:
-            await _first_byte(
-                client, _fleet(backend).targets[0], "/v1/chat/completions", b'{"p": 1}'
+            target = _fleet(backend).targets[0]
+            await first_byte(
+                client, target, "/v1/chat/completions", b'{"p": 1}', BackendAccess(None)
             )
 
     with pytest.raises(UpstreamError, match=r"^HTTP 307 to '.*/internal': redirects are not"):

@@ -18,11 +18,12 @@ from slaguard.notify.factory import (
     choose_notifier,
     notifier_from_env,
 )
-from slaguard.service.config import ServiceConfigError, admin_token
+from slaguard.service.config import ServiceConfigError, admin_token, backend_api_key
 
 SECRET = "-token-abcdefghijklmnop"
 READERS: list[tuple[str, Callable[[dict[str, str]], object], type[Exception]]] = [
     ("SLAGUARD_ADMIN_TOKEN_FILE", admin_token, ServiceConfigError),
+    ("SLAGUARD_BACKEND_API_KEY_FILE", backend_api_key, ServiceConfigError),
     (
         "SLAGUARD_SLACK_BOT_TOKEN_FILE",
         lambda env: notifier_from_env({**env, "SLAGUARD_SLACK_CHANNEL": "C1"}),

@@ -31,6 +31,7 @@ from slaguard.service.config import (
     ServiceConfig,
     ServiceConfigError,
     admin_token,
+    backend_api_key,
     load_config,
 )
 
@@ -122,6 +123,7 @@ def serve(
         check_sqlite_directory(resolve_db_url(cfg.db), db_source)
         check_sqlite_file(resolve_db_url(cfg.db), db_source)
         token = admin_token()
+        backend_key = backend_api_key()
         check_can_listen(
             cfg.host,
             cfg.port,
@@ -164,6 +166,7 @@ def serve(
     app = create_app(
         service.runtime,
         admin_token=token,
+        backend_key=backend_key,
         readiness=service.readiness,
         on_shutdown=service.close,
     )

@@ -29,6 +29,7 @@ from slaguard.service.request_checks import FieldError
 from slaguard.service.runtime import ServiceRuntime
 from slaguard.service.shutdown_log import quiet_shutdown_cancellations
 from slaguard.service.telemetry_scraper import MetricsScraper
+from slaguard.service.upstream import BackendAccess
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +77,15 @@ def create_app(
     runtime: ServiceRuntime,
     *,
     admin_token: SecretStr | None,
+    backend_key: SecretStr | None = None,
     client: aiohttp.ClientSession | None = None,
     run_loops: bool = True,
     readiness: Callable[[], Awaitable[None]] | None = None,
     on_shutdown: Callable[[], None] | None = None,
 ) -> HotPathApp:
-    """The service app. `client` overrides the forwarding and the scraping aiohttp
-    sessions (the caller then closes it); `run_loops=False` leaves the background jobs off;
+    """The service app. `backend_key` goes to every backend as a bearer token
+    (`upstream`); `client` overrides the forwarding and the scraping aiohttp sessions (the
+    caller then closes it); `run_loops=False` leaves the background jobs off;
     `on_shutdown` runs last when the server stops (uvicorn re-raises SIGTERM and SIGINT
     once it has stopped, so code after `uvicorn.run` never runs on a signal)."""
 
@@ -107,6 +110,7 @@ def create_app(
                     scrape_http,
                     runtime.clock,
                     timeout_s=tcfg.scrape_timeout_s,
+                    headers=access.auth,
                 )
                 app.state.scraper = scraper
                 scrape_task = asyncio.create_task(scraper.run(tcfg.scrape_interval_s))
@@ -142,6 +146,7 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.admin_token = admin_token
+    app.state.backend_access = access = BackendAccess(backend_key)
     plain = [views.router, admin.router]
     if runtime.config.gateway.enabled:
         plain.append(gateway_models.router)

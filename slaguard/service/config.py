@@ -3,8 +3,9 @@
 Precedence (highest first): command-line flags, environment (`SLAGUARD_SERVE_PORT=9000`,
 nested with `__`: `SLAGUARD_SERVE_GATEWAY__CONNECT_TIMEOUT_S=1`), the YAML file, defaults.
 A mistake is refused at start as one line naming the file, the field and the fix. The
-admin bearer token is never read from the file: only from `$SLAGUARD_ADMIN_TOKEN` (or
-`$SLAGUARD_ADMIN_TOKEN_FILE`), so it does not end up in a repository.
+admin bearer token and the backends' API key are never read from the file: only from
+`$SLAGUARD_ADMIN_TOKEN` and `$SLAGUARD_BACKEND_API_KEY` (or their `_FILE` variants), so they
+do not end up in a repository.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from slaguard.userfiles import load_user_yaml
 
 ENV_PREFIX = "SLAGUARD_SERVE_"
 ADMIN_TOKEN_ENV = "SLAGUARD_ADMIN_TOKEN"
+BACKEND_KEY_ENV = "SLAGUARD_BACKEND_API_KEY"
 
 
 class ServiceConfigError(ValueError):
@@ -336,35 +338,57 @@ def _unknown_key_fix(loc: tuple[int | str, ...], *, variable: bool = False) -> s
 
 def admin_token(env: Mapping[str, str] | None = None) -> SecretStr | None:
     """The admin bearer token from the environment; None disables the admin endpoints."""
-    env = os.environ if env is None else env
-    value = env.get(ADMIN_TOKEN_ENV, "").strip()
-    if ADMIN_TOKEN_ENV in env and not value:
-        raise ServiceConfigError(
-            f"{ADMIN_TOKEN_ENV}: set but blank; fix: set a long random token (e.g. "
-            "`openssl rand -hex 32`), or unset it to leave the admin endpoints disabled"
-        )
-    file_var = f"{ADMIN_TOKEN_ENV}_FILE"
-    if not value and file_var in env:
-        file_name = env[file_var].strip()
-        if not file_name:
-            raise ServiceConfigError(
-                f"{file_var}: set but blank; fix: name the file holding the token, or unset it "
-                "to leave the admin endpoints disabled"
-            )
-        value = read_secret_file(file_var, file_name, ServiceConfigError)
-        if not value:
-            raise ServiceConfigError(
-                f"{file_var}: {file_name} is empty; fix: write the token in it"
-            )
-    if value and not all("!" <= ch <= "~" for ch in value):
-        # a client sends the header as latin-1 bytes (or refuses to): such a token never matched
-        raise ServiceConfigError(
-            f"{ADMIN_TOKEN_ENV}: the token must be printable ASCII (no spaces); fix: use a "
-            "long random token (e.g. `openssl rand -hex 32`)"
-        )
+    value = _env_secret(
+        os.environ if env is None else env,
+        ADMIN_TOKEN_ENV,
+        what="token",
+        fix="a long random token (e.g. `openssl rand -hex 32`)",
+        unset="to leave the admin endpoints disabled",
+    )
     if value and len(value) < 16:
         raise ServiceConfigError(
             f"{ADMIN_TOKEN_ENV}: token shorter than 16 characters; fix: use a long random "
             "token (e.g. `openssl rand -hex 32`)"
         )
     return SecretStr(value) if value else None
+
+
+def backend_api_key(env: Mapping[str, str] | None = None) -> SecretStr | None:
+    """The key the gateway and the scraper send the backends as a bearer token (vLLM's
+    `--api-key`, an authenticating proxy); None sends none. Its length is the backends'
+    choice, not ours."""
+    value = _env_secret(
+        os.environ if env is None else env,
+        BACKEND_KEY_ENV,
+        what="key",
+        fix="the API key the backends expect",
+        unset="to send the backends no credentials",
+    )
+    return SecretStr(value) if value else None
+
+
+def _env_secret(env: Mapping[str, str], name: str, *, what: str, fix: str, unset: str) -> str:
+    """`$name`, else the content of the file `$name_FILE` names; "" when neither is set.
+    Set but blank, or an empty file, is refused rather than taken as unset; so is a secret
+    an HTTP header cannot carry (a client sends it as latin-1 bytes, or refuses to)."""
+    value = env.get(name, "").strip()
+    if name in env and not value:
+        raise ServiceConfigError(f"{name}: set but blank; fix: set {fix}, or unset it {unset}")
+    file_var = f"{name}_FILE"
+    if not value and file_var in env:
+        file_name = env[file_var].strip()
+        if not file_name:
+            raise ServiceConfigError(
+                f"{file_var}: set but blank; fix: name the file holding the {what}, or unset "
+                f"it {unset}"
+            )
+        value = read_secret_file(file_var, file_name, ServiceConfigError)
+        if not value:
+            raise ServiceConfigError(
+                f"{file_var}: {file_name} is empty; fix: write the {what} in it"
+            )
+    if value and not all("!" <= ch <= "~" for ch in value):
+        raise ServiceConfigError(
+            f"{name}: the {what} must be printable ASCII (no spaces); fix: use {fix}"
+        )
+    return value

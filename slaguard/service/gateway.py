@@ -11,7 +11,8 @@ refused, timeout, HTTP 5xx, or a 404: the model was checked against the fleet, s
 backend serves another one), the request is sent once more to the next-best eligible
 target, and the decision's explanation records it. After the first byte nothing is retried:
 the client already holds part of an answer. Backend 4xx answers are the client's mistake
-and pass through unchanged. TTFT is measured at the first SSE event carrying a token;
+and pass through unchanged; a 401 or 403, about slaguard's credentials (`upstream`), is
+also logged. TTFT is measured at the first SSE event carrying a token;
 TPOT = (end - first token) / (completion tokens - 1), with the token count from the
 backend's `usage` when it sends one.
 """
@@ -24,8 +25,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import aiohttp
@@ -33,7 +33,6 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from pydantic import ValidationError
 
 from slaguard.audit.records import RequestStatus
-from slaguard.fleet import Target
 from slaguard.service.gateway_schemas import (
     HEADER_NAMES,
     HEADER_PARAMETERS,
@@ -57,6 +56,7 @@ from slaguard.service.request_checks import FieldError, NeverFitsError
 from slaguard.service.runtime import ServiceRuntime
 from slaguard.service.schemas import ErrorResponse
 from slaguard.service.sse_meter import StreamMeter
+from slaguard.service.upstream import BackendAccess, Upstream, UpstreamError, first_byte
 from slaguard.service.views import runtime_of
 
 log = logging.getLogger(__name__)
@@ -66,21 +66,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 DECISION_HEADER = "x-slaguard-decision-id"  # on every answer to a routed request, errors too
-FORWARD_HEADERS = {"content-type": "application/json", "accept-encoding": "identity"}
-"""Asked of the backend: identity, since its bytes are relayed without its headers."""
-
-
-class UpstreamError(Exception):
-    """The backend failed before the first byte of its answer."""
-
-
-@dataclass(slots=True)
-class Upstream:
-    """An answer whose first bytes arrived: the response, those bytes, the rest to come."""
-
-    response: aiohttp.ClientResponse
-    first: bytes
-    rest: AsyncIterator[bytes]
 
 
 @router.post(
@@ -245,6 +230,7 @@ async def _open_upstream(
 ) -> Upstream:
     """Send to the chosen target; once more to the next-best one if it fails first."""
     client: aiohttp.ClientSession = request.app.state.http
+    access: BackendAccess = request.app.state.backend_access
     gm = rt.gateway_metrics
     targets = rt.fleet.targets
     entry = routed.entry
@@ -262,7 +248,7 @@ async def _open_upstream(
         began = time.monotonic()
         try:
             async with asyncio.timeout(g.first_byte_timeout_s if stream else g.read_timeout_s):
-                return await _first_byte(client, target, path, raw)
+                return await first_byte(client, target, path, raw, access)
         except (UpstreamError, aiohttp.ClientError, TimeoutError) as exc:
             entry.not_served_s += time.monotonic() - began
             gm.upstream_failures.labels("before_first_byte").inc()
@@ -276,37 +262,6 @@ async def _open_upstream(
     rt.finish(entry, "failed", ttft_s=None, tpot_s=None, e2e_s=None)
     said = {DECISION_HEADER: entry.decision_id}
     raise HTTPException(502, "backend failed before answering: " + "; ".join(failures), said)
-
-
-async def _first_byte(
-    client: aiohttp.ClientSession, target: Target, path: str, raw: bytes
-) -> Upstream:
-    if not target.url:
-        raise UpstreamError("no URL configured for this target")
-    resp = await client.post(
-        target.url.rstrip("/") + path, data=raw, headers=FORWARD_HEADERS, allow_redirects=False
-    )
-    try:
-        if resp.status >= 500:
-            raise UpstreamError(f"HTTP {resp.status}")
-        if 300 <= resp.status < 400:  # followed, it sent the prompt to a host of its choosing
-            where = resp.headers.get("location", "?")
-            raise UpstreamError(
-                f"HTTP {resp.status} to {where!r}: redirects are not followed; set the "
-                "target's url to where it serves"
-            )
-        if resp.status == 404:  # the model was checked against the fleet: the target is wrong
-            raise UpstreamError("HTTP 404: the backend does not serve this model; check its url")
-        chunks = resp.content.iter_any()
-        first = b""
-        async for chunk in chunks:
-            if chunk:
-                first = chunk
-                break
-        return Upstream(resp, first, chunks)
-    except BaseException:
-        resp.close()
-        raise
 
 
 FLEET_REFUSALS = frozenset({401, 403, 408, 429})

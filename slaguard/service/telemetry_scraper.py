@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from slaguard.failure_log import FailureLog
 from slaguard.fleet import Fleet, Target
 from slaguard.scheduler.state import FleetState
+from slaguard.service.upstream import REFUSALS, refusal, refusal_fix
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,9 @@ def apply_picture(state: FleetState, target: Target, picture: BackendPicture, no
 
 
 class MetricsScraper:
-    """Scrapes every target with a URL; `scrape_once` is one round (tests call it)."""
+    """Scrapes every target with a URL; `scrape_once` is one round (tests call it).
+    `headers` go with every scrape: slaguard's credentials (`upstream.BackendAccess.auth`),
+    for a backend behind an authenticating proxy."""
 
     def __init__(
         self,
@@ -99,12 +102,14 @@ class MetricsScraper:
         clock: Callable[[], float],
         *,
         timeout_s: float = 0.5,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.targets = [t for t in fleet if t.url]
         self.state = state
         self.client = client
         self.clock = clock
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.headers = dict(headers or {})
         self.rounds = 0
         self.errors = 0
         self._failures = {t.id: FailureLog(log, f"scrape of {t.id}") for t in self.targets}
@@ -112,7 +117,12 @@ class MetricsScraper:
     async def _one(self, target: Target) -> None:
         url = f"{str(target.url).rstrip('/')}/metrics"
         try:
-            async with self.client.get(url, timeout=self.timeout, allow_redirects=False) as resp:
+            async with self.client.get(
+                url, timeout=self.timeout, headers=self.headers, allow_redirects=False
+            ) as resp:
+                if resp.status in REFUSALS:
+                    keyed = "authorization" in self.headers
+                    raise ScrapeError(f"{refusal(resp.status, keyed)}; fix: {refusal_fix(keyed)}")
                 resp.raise_for_status()
                 if resp.status != 200:  # a redirect is not followed to a host of its choosing
                     raise ScrapeError(f"HTTP {resp.status}: expected 200 with the metrics")
