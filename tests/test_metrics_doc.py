@@ -37,8 +37,9 @@ def sample_count(registry: CollectorRegistry) -> int:
 
 
 def exposed() -> dict[str, tuple[str, frozenset[str]]]:
-    metrics = SlaguardMetrics.for_fleet(CollectorRegistry(), load_fleet())
-    GatewayMetrics(metrics.registry)  # the service adds the gateway's counters to it
+    fleet = load_fleet()
+    metrics = SlaguardMetrics.for_fleet(CollectorRegistry(), fleet)
+    GatewayMetrics(metrics.registry, (t.id for t in fleet))  # the service adds these to it
     out: dict[str, tuple[str, frozenset[str]]] = {}
     for fam in text_string_to_metric_families(render_snapshot(metrics.registry)):
         name = f"{fam.name}_total" if fam.type == "counter" else fam.name
@@ -66,7 +67,7 @@ def test_the_documented_size_is_the_default_fleets() -> None:
     fleet = load_fleet()
     metrics = SlaguardMetrics.for_fleet(CollectorRegistry(), fleet)
     own = sample_count(metrics.registry)
-    GatewayMetrics(metrics.registry)
+    GatewayMetrics(metrics.registry, (t.id for t in fleet))
     kb = len(render_snapshot(metrics.registry).encode()) / 1000
     assert int(size["targets"]) == len(fleet.targets)
     assert int(size["samples"].replace(",", "")) == own

@@ -198,7 +198,7 @@ async def _whole(
     try:
         content = await unless_client_leaves(request, _read_whole(up))
     except aiohttp.ClientError as exc:
-        rt.gateway_metrics.upstream_failures.labels("after_first_byte").inc()
+        rt.gateway_metrics.upstream_failures.labels("after_first_byte", _target_id(rt, entry)).inc()
         rt.record_decision(routed, decide_s)
         rt.finish(entry, "failed", ttft_s=None, tpot_s=None, e2e_s=meter.since_start())
         raise HTTPException(502, f"backend broke while answering: {exc}", headers) from exc
@@ -209,6 +209,12 @@ async def _whole(
     rt.record_decision(routed, decide_s)
     _finish_whole(rt, entry, meter, up.response.status, content)
     return Response(content, up.response.status, headers, media_type=media)
+
+
+def _target_id(rt: ServiceRuntime, entry: Pending) -> str:
+    """The target an answer came from (a gateway entry always has one)."""
+    assert entry.target_index is not None
+    return rt.fleet.targets[entry.target_index].id
 
 
 def _client_left(
@@ -250,8 +256,11 @@ async def _open_upstream(
             async with asyncio.timeout(g.first_byte_timeout_s if stream else g.read_timeout_s):
                 return await first_byte(client, target, path, raw, access)
         except (UpstreamError, aiohttp.ClientError, TimeoutError) as exc:
-            entry.not_served_s += time.monotonic() - began
-            gm.upstream_failures.labels("before_first_byte").inc()
+            waited_s = time.monotonic() - began
+            entry.not_served_s += waited_s
+            gm.upstream_failures.labels("before_first_byte", target.id).inc()
+            # a stream's first byte is its first token: a stall is a TTFT of at least that
+            rt.attempt_failed(entry, waited_s if stream and isinstance(exc, TimeoutError) else None)
             why = str(exc) or type(exc).__name__
             failures.append(f"{target.id}: {why}")
             routed.decision.explanation.notes.append(
@@ -327,8 +336,8 @@ async def _relay(
             yield chunk
     except aiohttp.ClientError as exc:
         status = "failed"
-        rt.gateway_metrics.upstream_failures.labels("after_first_byte").inc()
-        target = rt.fleet.targets[routed.entry.target_index or 0].id
+        target = _target_id(rt, routed.entry)
+        rt.gateway_metrics.upstream_failures.labels("after_first_byte", target).inc()
         log.warning(
             "gateway: %s: stream from %s broke after the first byte (%s); the client's "
             "answer is cut",

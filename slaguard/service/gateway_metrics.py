@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry, Counter
 
 
 class GatewayMetrics:
     """The gateway's own counters (on the service registry)."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, target_ids: Iterable[str]) -> None:
         self.retries = Counter(
             "slaguard_gateway_retries_total",
             "Requests re-sent to the next-best target after a failure before the first byte.",
@@ -17,7 +19,7 @@ class GatewayMetrics:
         self.upstream_failures = Counter(
             "slaguard_gateway_upstream_failures_total",
             "Backend failures seen by the gateway, before or after the first answer byte.",
-            ["stage"],
+            ["stage", "target"],
             registry=registry,
         )
         self.client_errors = Counter(
@@ -26,5 +28,7 @@ class GatewayMetrics:
             "and audited, judged by no SLA.",
             registry=registry,
         )
+        targets = list(target_ids)
         for stage in ("before_first_byte", "after_first_byte"):
-            self.upstream_failures.labels(stage)
+            for target in targets:
+                self.upstream_failures.labels(stage, target)

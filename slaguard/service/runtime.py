@@ -68,7 +68,7 @@ class ServiceRuntime:
         self.writer = writer
         self.engine = engine
         self.store = DecisionStore(engine) if engine is not None else None
-        self.gateway_metrics = GatewayMetrics(metrics.registry)
+        self.gateway_metrics = GatewayMetrics(metrics.registry, (t.id for t in fleet))
         self.clock = clock
         self.pending: OrderedDict[str, Pending] = OrderedDict()
         self.late_outcomes: OrderedDict[str, bool | None] = OrderedDict()
@@ -224,6 +224,25 @@ class ServiceRuntime:
             )
         )  # fmt: skip
         return True
+
+    def attempt_failed(self, entry: Pending, stalled_s: float | None) -> None:
+        """The gateway's attempt on `entry`'s target failed before the first byte: the
+        learner takes it as that target's failure (the components it holds are the
+        learned router's for the first target, so a retry's answer is not learned
+        against them), and a stall of `stalled_s` reaches the TTFT detectors as a TTFT
+        of at least that (a target that only stalls would otherwise never be demoted)."""
+        assert entry.target_index is not None
+        if entry.learner_components is not None:
+            self.scheduler.observe_outcome(entry.learner_components, None, entry.deadline_s)
+            entry.learner_components = None
+        if stalled_s is not None:
+            target = self.fleet.targets[entry.target_index]
+            self.modes.on_first_token(
+                FirstToken(
+                    self.clock(), target.id, target.card.id, target.model.id,
+                    stalled_s, entry.prompt_tokens,
+                )
+            )  # fmt: skip
 
     def finish(
         self,

@@ -1,0 +1,151 @@
+"""A gateway attempt that fails before the first byte is that target's failure: the
+learner learns it against the target the learned router chose, the guard hears a stall
+as a TTFT of at least the time waited, and the failure is counted per target. Before,
+a retry answered by the next target was learned with the first target's score
+components, and a stalled target gave the guard nothing, so it was never demoted and
+every request routed to it waited `first_byte_timeout_s` before its retry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from helpers import stored_outcome, wait_for
+
+from slaguard.emulator.app import create_emulator_app
+from slaguard.fleet import build_fleet
+from slaguard.service.app import create_app
+from slaguard.service.bootstrap import Service, build_service
+from slaguard.service.config import load_config
+from slaguard.service.local import ServerThread
+from slaguard.service.runtime import ServiceRuntime
+
+MODEL = "llama3.1-8b"
+CARDS = ("h100", "l40s")
+FIRST_BYTE_TIMEOUT_S = 1.0
+
+
+@dataclass
+class Stack:
+    service: Service
+    client: httpx.Client
+    emulators: dict[str, str]
+
+    @property
+    def rt(self) -> ServiceRuntime:
+        return self.service.runtime
+
+    def fault(self, target: str, path: str, body: dict[str, Any] | None = None) -> None:
+        r = self.client.post(f"{self.emulators[target]}/admin/{path}", json=body or {})
+        assert r.status_code == 200
+
+    def failures(self, target: str) -> float:
+        labels = {"stage": "before_first_byte", "target": target}
+        got = self.rt.metrics.registry.get_sample_value(
+            "slaguard_gateway_upstream_failures_total", labels
+        )
+        assert got is not None, "every target's series exists from the start"
+        return got
+
+    def chat(self, request_id: str, stream: bool = True) -> httpx.Response:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 3, "stream": stream}  # fmt: skip
+        return self.client.post(
+            "/v1/chat/completions", json=body, headers={"X-Request-Id": request_id}
+        )
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp: Path = tmp_path_factory.mktemp("gateway-attempts")
+    servers = {}
+    for card in CARDS:
+        target = build_fleet({"targets": [{"id": card, "model": MODEL, "card": card}]})
+        servers[card] = ServerThread(create_emulator_app(target.targets[0], speedup=4.0)).start()
+    fleet = {"targets": [{"id": c, "model": MODEL, "card": c, "url": servers[c].url}
+                         for c in CARDS]}  # fmt: skip
+    (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+    cfg = load_config(None, {
+        "fleet": tmp / "fleet.yaml", "db": str(tmp / "audit.db"),
+        "telemetry": {"scrape_interval_s": 0.1, "stale_after_s": 2.0},
+        "notify_file": tmp / "incidents.jsonl",
+        "gateway": {"first_byte_timeout_s": FIRST_BYTE_TIMEOUT_S},
+        "rollout": {"baseline_s": 0, "stages_pct": [100]},  # every request on the learned arm
+    })  # fmt: skip
+    service = build_service(cfg)
+    app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
+    try:
+        with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=30) as c:
+            stack = Stack(service, c, {card: s.url for card, s in servers.items()})
+            wait_for("the learned arm", lambda: stack.rt.modes.state().mode.label == "rollout(100)")
+            yield stack
+    finally:
+        service.close()
+        for s in servers.values():
+            s.stop()
+
+
+def test_a_stalled_target_is_learned_as_failed_and_heard_as_slow(stack: Stack) -> None:
+    rt = stack.rt
+    probe = stack.chat("probe")
+    assert probe.status_code == 200, probe.text
+    chosen = probe.headers["x-slaguard-target"]  # where the router goes now
+    other = next(c for c in CARDS if c != chosen)
+    replica = rt.modes.replica  # type: ignore[attr-defined]
+    hist = replica.guard.ttft._hist
+    queued = replica.stats.evaluations + 2  # the probe's samples are drained by then
+    wait_for("earlier samples drained", lambda: replica.stats.evaluations >= queued)
+    heard = hist.count(chosen)
+    learner = rt.scheduler.learner
+    pending, loss = learner.pending, learner._loss_sum
+    failures = stack.failures(chosen)
+    stack.fault(chosen, "slowdown", {"factor": 1000})  # no first byte for seconds
+    try:
+        r = stack.chat("stalled")
+    finally:
+        stack.fault(chosen, "recover")
+    assert r.status_code == 200, r.text
+    assert r.headers["x-slaguard-target"] == other
+    assert stack.failures(chosen) == failures + 1
+    # One sample, the chosen target's failure (the worst loss, 1.0); the answer of a
+    # target the router did not score is not learned against its components.
+    assert learner.pending == pending + 1
+    assert learner._loss_sum - loss == pytest.approx(1.0)
+    wait_for("the stall in the detector", lambda: hist.count(chosen) > heard)
+    assert hist.count(chosen) == heard + 1
+    assert hist.quantile(chosen, 1.0) >= FIRST_BYTE_TIMEOUT_S * 0.9  # a bucket's lower edge
+    outcome = stored_outcome(rt.engine, r.headers["x-slaguard-decision-id"]).outcome
+    assert outcome["status"] == "ok" and outcome["ttft_s"] > FIRST_BYTE_TIMEOUT_S
+
+
+def test_a_refusing_target_gives_no_ttft_and_every_failed_target_is_counted(
+    stack: Stack,
+) -> None:
+    """A refused connection says nothing of the target's speed (its TTFT is not its
+    ~1 ms refusal); with both refusing, each target's failure is counted and the learner
+    takes one failure, the first target's, not one per attempt."""
+    rt = stack.rt
+    replica = rt.modes.replica  # type: ignore[attr-defined]
+    hist = replica.guard.ttft._hist
+    heard = {c: hist.count(c) for c in CARDS}
+    failures = {c: stack.failures(c) for c in CARDS}
+    learner = rt.scheduler.learner
+    pending = learner.pending
+    for card in CARDS:
+        stack.fault(card, "fail", {"mode": "refuse"})
+    try:
+        r = stack.chat("refused", stream=False)
+    finally:
+        for card in CARDS:
+            stack.fault(card, "recover")
+    assert r.status_code == 502, r.text
+    assert {c: stack.failures(c) - failures[c] for c in CARDS} == {c: 1 for c in CARDS}
+    assert learner.pending == pending + 1
+    evaluations = replica.stats.evaluations
+    wait_for("two more evaluations", lambda: replica.stats.evaluations >= evaluations + 2)
+    assert {c: hist.count(c) for c in CARDS} == heard
