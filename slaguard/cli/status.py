@@ -28,7 +28,7 @@ from slaguard.audit.timeargs import parse_duration
 from slaguard.cli.dbopen import DbOption, db_origin, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.cli.mode import GUARD_STATEMENT_TIMEOUT_S
-from slaguard.guard.leader import current_leader
+from slaguard.guard.leader import current_leader, guard_replicas
 from slaguard.guard.modes import TransitionKind
 from slaguard.guard.status_rows import arm_sla, incident_rows
 from slaguard.guard.store import GuardStore
@@ -51,19 +51,32 @@ def _ago(seconds: float) -> str:
     return f"{h}h{rest // 60:02d}m" if h else f"{rest // 60}m{rest % 60:02d}s"
 
 
-def _leader(engine: Engine) -> tuple[str | None, str | None]:
-    """The leader's id (None: no guard replica is running) and, when it could not be
-    read, the error's type instead."""
+def _leader(engine: Engine) -> tuple[str | None, list[str] | None, str | None]:
+    """The leader's id (None: nobody leads), the replicas connected to the lease (None:
+    the backend cannot tell) and, when the lease could not be read, the error's type."""
     try:
-        return current_leader(engine.url), None
+        return current_leader(engine.url), guard_replicas(engine.url), None
     except Exception as exc:
-        return None, type(exc).__name__
+        return None, None, type(exc).__name__
 
 
-def _leader_said(leader: str | None, error: str | None) -> str:
+def _leader_said(leader: str | None, replicas: list[str] | None, error: str | None) -> str:
+    """Nobody leading with replicas connected is what `SlaguardGuardLeaderless` pages for,
+    not a fleet that is down (both used to read "no guard replica is running")."""
     if error is not None:
         return f"unknown ({error})"
-    return leader or "none (no guard replica is running)"
+    if leader is not None:
+        return leader
+    if replicas is None:
+        return "none (no replica holds the guard lease: none runs, or none is ready to write)"
+    if not replicas:
+        return "none (no guard replica is connected to this database)"
+    many = "s" if len(replicas) > 1 else ""
+    return (
+        f"none: {len(replicas)} guard replica{many} connected ({', '.join(replicas)}), none "
+        "holds the lease (not ready, or cannot write: each one's /readyz and /v1/status .guard "
+        "say why)"
+    )
 
 
 def status(
@@ -87,7 +100,7 @@ def status(
         arms = arm_sla(engine, now - span, now)
     except SQLAlchemyError as exc:
         fail(f"database query failed: {error_line(exc)}")
-    leader, leader_error = _leader(engine)
+    leader, replicas, leader_error = _leader(engine)
     database = {"url": shown_url(operator_url(engine.url)), "from": db_origin(db)}
     if as_json:
         payload = {
@@ -100,7 +113,7 @@ def status(
             "plan_advances": st.auto_advance,
             "switches_last_hour": st.switches_within_hour(now_s),
             "simulated_switches_last_hour": simulated, "leader": leader,
-            "leader_error": leader_error,
+            "leader_error": leader_error, "guard_replicas": replicas,
             "open_incidents": [_iso_times(inc) for inc in incidents],
             "arms": arms.arms,
             "window_s": span.total_seconds(), "learned_vs_round_robin": _finite(arms.ratio),
@@ -117,7 +130,7 @@ def status(
         f"who:          {st.actor} (version {st.version})",
         f"plan:         {plan}",
         f"switches:     {_switches(st.switches_within_hour(now_s), simulated)}",
-        f"guard leader: {_leader_said(leader, leader_error)}",
+        f"guard leader: {_leader_said(leader, replicas, leader_error)}",
         f"incidents:    {len(incidents)} open",
     ]
     for inc in incidents:

@@ -24,7 +24,12 @@ from sqlalchemy.engine import URL
 
 from slaguard.audit.engine import sqlite_path
 from slaguard.guard.lease_file import FileLeaderLease, current_leader_in
-from slaguard.guard.lease_pg import LEASE_S, PostgresLeaderLease, pg_current_leader
+from slaguard.guard.lease_pg import (
+    LEASE_S,
+    PostgresLeaderLease,
+    pg_current_leader,
+    pg_guard_replicas,
+)
 
 
 class LeaderLease(Protocol):
@@ -131,3 +136,9 @@ def current_leader(url: URL) -> str | None:
         return pg_current_leader(url)
     lock_file = leader_lock_file(url)
     return None if lock_file is None else current_leader_in(lock_file)
+
+
+def guard_replicas(url: URL) -> list[str] | None:
+    """The replicas connected to the lease (for `slaguard status`); None where the backend
+    cannot tell (a SQLite lock file shows its holder only)."""
+    return pg_guard_replicas(url) if url.get_backend_name() == "postgresql" else None

@@ -54,6 +54,10 @@ _HOLDER_SQL = (
     "AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = "
     "current_database())"
 )
+_REPLICAS_SQL = (
+    "SELECT DISTINCT application_name FROM pg_stat_activity WHERE datname = current_database() "
+    "AND starts_with(application_name, %s) ORDER BY 1"
+)
 
 
 def libpq_conninfo(url: URL) -> str:
@@ -228,3 +232,14 @@ def pg_current_leader(url: URL) -> str | None:
     ) as conn:
         row = conn.execute(_HOLDER_SQL, (_CLASS_ID, _OBJ_ID)).fetchone()
     return None if row is None else str(row[0]).removeprefix(APPLICATION_PREFIX)
+
+
+def pg_guard_replicas(url: URL) -> list[str]:
+    """The ids of the replicas whose lease session is connected to this database, the
+    leader's included: every replica polls the lease, ready or not, so "none leads" with
+    replicas here is a fleet that cannot lead, not one that is down."""
+    with connect_with_deadline(
+        LEASE_S, libpq_conninfo(url), autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+    ) as conn:
+        rows = conn.execute(_REPLICAS_SQL, (APPLICATION_PREFIX,)).fetchall()
+    return [str(row[0]).removeprefix(APPLICATION_PREFIX) for row in rows]
