@@ -73,7 +73,7 @@ def test_changes_say_what_happened_once_and_are_idempotent(audit_engine: Engine)
         change(audit_engine, "resume"),
     ]
     assert said == [
-        "fleet already on round_robin; nothing to roll back",
+        f"rollout plan stopped: fleet stays on round_robin by {me} (drill)",
         "fleet resumed at rollout(50) by alice (ok)",
         "fleet already on rollout(50) (the learned policy routes 50 % of requests); nothing to "
         "resume",
@@ -90,6 +90,7 @@ def test_changes_say_what_happened_once_and_are_idempotent(audit_engine: Engine)
             select(ModeChange.to_mode, ModeChange.actor, ModeChange.reason).order_by(ModeChange.id)
         ).all()
     assert [tuple(r) for r in rows] == [
+        ("round_robin", me, "drill"),
         ("rollout(50)", "alice", "ok"),
         ("round_robin", "bob", "l40s slow"),
         ("held_round_robin", "bob", "freeze"),
@@ -97,6 +98,7 @@ def test_changes_say_what_happened_once_and_are_idempotent(audit_engine: Engine)
     ]
     history = json.loads(ok("history", "--db", url_of(audit_engine), "-f", "json"))
     assert [(h["kind"], h["to_mode"], h["actor"]) for h in history] == [
+        ("manual_rollback", "round_robin", me),
         ("manual_resume", "rollout(50)", "alice"),
         ("manual_rollback", "round_robin", "bob"),
         ("manual_hold", "held_round_robin", "bob"),

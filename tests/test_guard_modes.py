@@ -83,6 +83,28 @@ def test_manual_rollback_is_idempotent() -> None:
     assert not held.changed
 
 
+def test_a_rollback_during_the_baseline_stops_the_plan() -> None:
+    """It answered "fleet already on round_robin; nothing to roll back", and the plan took
+    the fleet to rollout(10) once `baseline_s` ran out."""
+    baseline = ModeState()
+    assert modes.advance(baseline, PLAN.baseline_s, PLAN).changed
+    result = modes.manual_rollback(baseline, 5.0, actor="ana", reason="no guard leader")
+    assert result.message == (
+        "rollout plan stopped: fleet stays on round_robin by ana (no guard leader)"
+    )
+    t = result.transition
+    assert t is not None and (t.kind, t.from_mode, t.to_mode) == (
+        TransitionKind.MANUAL_ROLLBACK, "round_robin", "round_robin",
+    )  # fmt: skip
+    stopped = result.state
+    assert stopped.version == 1 and not stopped.auto_advance and stopped.switch_times_s == ()
+    assert not modes.advance(stopped, 1e9, PLAN).changed
+    again = modes.manual_rollback(stopped, 6.0, actor="ana", reason="x")
+    assert not again.changed and again.message.endswith("; nothing to roll back")
+    alert = modes.manual_rollback(baseline, 5.0, actor="alertmanager", reason="x", stop_plan=False)
+    assert not alert.changed and alert.message.endswith("; nothing to roll back")
+
+
 def test_the_idempotent_answers_have_one_form() -> None:
     """A second `rollback --hold` said `fleet already held on round-robin; no change`,
     next to `fleet already on held_round_robin; nothing to roll back` for a rollback."""
@@ -90,7 +112,7 @@ def test_the_idempotent_answers_have_one_form() -> None:
     answers = [
         modes.manual_rollback(held, 6.0, actor="ana", reason="x", hold=True),
         modes.manual_rollback(held, 6.0, actor="ana", reason="x"),
-        modes.manual_rollback(_state(ROUND_ROBIN), 6.0, actor="ana", reason="x"),
+        modes.manual_rollback(_state(ROUND_ROBIN, auto_advance=False), 6.0, actor="a", reason="x"),
         modes.manual_resume(_state(LEARNED), 6.0, PLAN, actor="ana", reason="x"),
     ]
     assert [a.message.split(" (")[0] for a in answers if not a.changed] == [

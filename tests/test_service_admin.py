@@ -88,13 +88,15 @@ def test_admin_needs_the_exact_bearer_token(admin: Admin, headers: dict[str, str
 def test_an_admin_body_is_parsed_whatever_its_content_type(admin: Admin) -> None:
     """curl -d sends form-urlencoded: FastAPI's 422 said 'Input should be a valid
     dictionary'; broken JSON named a character offset as the field."""
-    body = b'{"action": "rollback", "reason": "check"}'  # already round-robin: no change
+    # read as JSON down to its fields, and refused there: the fleet's mode stays untouched
+    body = b'{"action": "rollback", "reason": "check", "actor": "a\\tb"}'
     r = admin.client.post(
         "/v1/mode",
         content=body,
         headers={**AUTH, "Content-Type": "application/x-www-form-urlencoded"},
     )
-    assert r.status_code == 200 and r.json()["mode"] == "round_robin", r.text
+    assert r.status_code == 422 and r.json()["error"].startswith("actor: "), r.text
+    assert current_mode(admin.service.engine).version == 0
     broken = admin.client.post("/v1/mode", content=b'{"action": "hold"', headers=AUTH)
     assert broken.status_code == 422
     assert broken.json()["error"].startswith("body: Invalid JSON: EOF while parsing")

@@ -307,11 +307,15 @@ class Guard:
         actor: str,
         reason: str,
         hold: bool = False,
+        stop_plan: bool = True,
         keep: Checkpoint | None = None,
     ) -> tuple[TransitionResult, list[GuardEvent]]:
         """Manual rollback (`hold`: and keep the fleet on round-robin); idempotent.
-        `keep`: the checkpoint `undo` goes back to if the switch is refused."""
-        result = modes.manual_rollback(self.state, now_s, actor=actor, reason=reason, hold=hold)
+        `stop_plan`: on the baseline, stop the plan (`modes.manual_rollback`). `keep`: the
+        checkpoint `undo` goes back to if the switch is refused."""
+        result = modes.manual_rollback(
+            self.state, now_s, actor=actor, reason=reason, hold=hold, stop_plan=stop_plan
+        )
         return result, self._apply(result, now_s, keep=keep)
 
     def resume(

@@ -89,9 +89,10 @@ def apply_manual(
             )
         else:
             hold = action is ManualAction.HOLD
-            result, events = guard.rollback(
-                now_s, actor=actor, reason=reason, hold=hold, keep=checkpoint
-            )
+            result, events = guard.rollback(  # an alert on round-robin changes nothing
+                now_s, actor=actor, reason=reason, hold=hold, stop_plan=alert is None,
+                keep=checkpoint,
+            )  # fmt: skip
         if not result.changed:
             if persister.modes.confirm_version(guard.state.version):
                 return ManualOutcome(result)

@@ -229,9 +229,18 @@ def advance(state: ModeState, now_s: float, plan: RolloutPlan) -> TransitionResu
 
 
 def manual_rollback(
-    state: ModeState, now_s: float, *, actor: str, reason: str, hold: bool = False
+    state: ModeState,
+    now_s: float,
+    *,
+    actor: str,
+    reason: str,
+    hold: bool = False,
+    stop_plan: bool = True,
 ) -> TransitionResult:
-    """A human sends the fleet to round-robin (`hold`: and keeps it there)."""
+    """A human sends the fleet to round-robin (`hold`: and keeps it there). On the
+    round-robin baseline, which the plan leaves once `baseline_s` has run, a rollback
+    stops the plan (`stop_plan`; an alert's rollback leaves it): it said "nothing to roll
+    back" and the learned policy started routing at the baseline's end."""
     if hold:
         if state.mode.kind is ModeKind.HELD_ROUND_ROBIN:
             # the form of every idempotent answer: fleet already on <mode>; nothing to <verb>
@@ -249,8 +258,12 @@ def manual_rollback(
             auto_advance=False,
             message=message,
         )
-    if state.mode.kind in _RR_FAMILY:
+    baseline = state.mode.kind is ModeKind.ROUND_ROBIN and state.auto_advance
+    if state.mode.kind in _RR_FAMILY and not (stop_plan and baseline):
         return _stay(state, f"fleet already on {state.mode.label}; nothing to roll back")
+    message = f"{_aborted(state.mode)}: fleet on round_robin by {actor} ({reason})"
+    if baseline:
+        message = f"rollout plan stopped: fleet stays on round_robin by {actor} ({reason})"
     return _move(
         state,
         ROUND_ROBIN,
@@ -259,7 +272,7 @@ def manual_rollback(
         reason=reason,
         actor=actor,
         auto_advance=False,
-        message=f"{_aborted(state.mode)}: fleet on round_robin by {actor} ({reason})",
+        message=message,
     )
 
 
