@@ -135,7 +135,7 @@ def test_stream_passes_through_and_is_measured(stack: Stack) -> None:
     line = next(x for x in metrics.splitlines() if x.startswith("slaguard_ttft_seconds_count{"))
     assert line.endswith("1.0") or target not in line
     dup = stack.client.post("/v1/chat/completions", json=_chat(), headers={"X-Request-Id": "gw-1"})
-    assert dup.status_code == 409 and dup.json()["error"].startswith("X-Request-Id")
+    assert dup.status_code == 409 and dup.json()["error"]["message"].startswith("X-Request-Id")
 
 
 def _metric_total(stack: Stack, name: str, **labels: str) -> float:
@@ -246,7 +246,7 @@ def test_every_candidate_failing_is_a_502(stack: Stack) -> None:
     try:
         r = stack.client.post("/v1/chat/completions", json=_chat())
         assert r.status_code == 502
-        assert r.json()["error"].count("HTTP 503") == 2  # the chosen one and one retry
+        assert r.json()["error"]["message"].count("HTTP 503") == 2  # the chosen one, one retry
     finally:
         for t in stack.emulators:
             stack.fault(t, "recover")
@@ -271,7 +271,7 @@ def test_bad_gateway_input(
     stack: Stack, body: dict[str, Any], headers: dict[str, str], field: str
 ) -> None:
     r = stack.client.post("/v1/chat/completions", json=body, headers=headers)
-    assert r.status_code == 422 and r.json()["error"].startswith(field), r.json()
+    assert r.status_code == 422 and r.json()["error"]["message"].startswith(field), r.json()
 
 
 def test_no_capacity_is_a_503(stack: Stack, tmp_path: Path) -> None:
@@ -288,7 +288,7 @@ def test_no_capacity_is_a_503(stack: Stack, tmp_path: Path) -> None:
     try:
         r = stack.client.post("/v1/chat/completions", json=_chat())
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
-        assert "no capacity" in r.json()["error"]
+        assert "no capacity" in r.json()["error"]["message"]
     finally:
         scraper.targets = scraped
         for t in rt.fleet:
@@ -358,7 +358,7 @@ def test_long_and_token_id_prompts_pass_and_an_impossible_one_is_a_422(stack: St
     too_long = _chat(4, text="x" * 600_000)
     r = stack.client.post("/v1/chat/completions", json=too_long, headers={"X-Request-Id": "nf-1"})
     assert r.status_code == 422 and "retry-after" not in r.headers
-    assert r.json()["error"] == (
+    assert r.json()["error"]["message"] == (
         "messages: the prompt (~150000 tokens at 4 characters a token) and 4 new tokens make "
         "~150004, above 131072, the most any llama3.1-8b target takes (its context window); "
         "fix: send a shorter one or fewer max_tokens"

@@ -375,6 +375,8 @@ def test_a_priority_no_target_serves_the_model_at_is_a_422(tmp_path: Path) -> No
                 headers={"X-Slaguard-Priority": "low"},
             )
             assert gateway.status_code == 422
-            assert gateway.json()["error"].startswith("X-Slaguard-Priority: no target serves")
+            error = gateway.json()["error"]
+            assert error["message"].startswith("X-Slaguard-Priority: no target serves")
+            assert error["param"] == "X-Slaguard-Priority"
     finally:
         service.close()

@@ -111,15 +111,20 @@ def test_unexpected_error_in_a_hot_endpoint_is_a_json_500() -> None:
     async def broken(request: Request) -> Response:
         raise RuntimeError("boom")
 
-    app = HotPathApp(hot_endpoints={("GET", "/broken"): broken})
+    endpoints = {("GET", "/broken"): broken, ("GET", "/v1/broken"): broken}
+    app = HotPathApp(hot_endpoints=endpoints, openai_paths=["/v1/broken"])
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
 
-    async def call() -> httpx.Response:
+    async def call(path: str) -> httpx.Response:
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            return await client.get("/broken")
+            return await client.get(path)
 
-    r = asyncio.run(call())
+    r = asyncio.run(call("/broken"))
     assert r.status_code == 500 and r.json() == {"error": "internal error"}
+    r = asyncio.run(call("/v1/broken"))  # an OpenAI-compatible path: OpenAI's shape
+    assert r.status_code == 500 and r.json() == {
+        "error": {"message": "internal error", "type": "server_error", "param": None, "code": None}
+    }
 
 
 def test_bad_explain_flag_names_the_parameter(served: tuple[Service, httpx.Client]) -> None:

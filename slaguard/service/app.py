@@ -1,7 +1,8 @@
 """The ASGI app factory: every dependency is passed in, nothing is read from globals.
 
 `create_app(runtime, ...)` wires the routers, the hot-path dispatch (`hotpath`), the
-error format (every 4xx is `{"error": "<field>: <problem>; fix: ..."}`) and a lifespan
+error format (every 4xx is `{"error": "<field>: <problem>; fix: ..."}`, but OpenAI's
+`{"error": {"message": ..., "param": ...}}` on the gateway's paths) and a lifespan
 that starts the background loops, the metrics scraper and the gateway's HTTP client, and
 stops them on shutdown.
 """
@@ -15,15 +16,20 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import SecretStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from slaguard import __version__
 from slaguard.service import admin, gateway, gateway_models, routing_views, views
-from slaguard.service.hotpath import HotPathApp, direct_endpoints, validation_message
+from slaguard.service.hotpath import (
+    HotPathApp,
+    direct_endpoints,
+    validation_field,
+    validation_message,
+)
 from slaguard.service.loops import ServiceLoops
 from slaguard.service.request_checks import FieldError
 from slaguard.service.runtime import ServiceRuntime
@@ -132,10 +138,15 @@ def create_app(
                 await asyncio.to_thread(on_shutdown)
 
     hot = [routing_views.hot, views.hot]
+    plain = [views.router, admin.router]
+    openai: list[APIRouter] = []
     if runtime.config.gateway.enabled:
         hot.append(gateway.router)
+        plain.append(gateway_models.router)
+        openai = [gateway.router, gateway_models.router]
     app = HotPathApp(
         hot_endpoints=direct_endpoints(hot),
+        openai_paths=[r.path for o in openai for r in o.routes if isinstance(r, APIRoute)],
         title="slaguard",
         version=__version__,
         description="Routing API and OpenAI-compatible gateway of the slaguard SLA guard.",
@@ -147,28 +158,25 @@ def create_app(
     app.state.runtime = runtime
     app.state.admin_token = admin_token
     app.state.backend_access = access = BackendAccess(backend_key)
-    plain = [views.router, admin.router]
-    if runtime.config.gateway.enabled:
-        plain.append(gateway_models.router)
     for router in (*hot, *plain):
         app.include_router(router)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"error": validation_message(exc.errors())}, status_code=422)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        errors = exc.errors()
+        path = request.scope["path"]
+        return app.error(path, 422, validation_message(errors), validation_field(errors))
 
     @app.exception_handler(FieldError)
-    async def _field(request: Request, exc: FieldError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=422)
+    async def _field(request: Request, exc: FieldError) -> Response:
+        return app.error(request.scope["path"], 422, str(exc), exc.field)
 
     @app.exception_handler(views.NotFoundError)
-    async def _missing(request: Request, exc: views.NotFoundError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=404)
+    async def _missing(request: Request, exc: views.NotFoundError) -> Response:
+        return app.error(request.scope["path"], 404, str(exc))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(
-            {"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers
-        )
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        return app.error(request.scope["path"], exc.status_code, str(exc.detail), None, exc.headers)
 
     return app

@@ -12,7 +12,8 @@ backend serves another one), the request is sent once more to the next-best elig
 target, and the decision's explanation records it. After the first byte nothing is retried:
 the client already holds part of an answer. Backend 4xx answers are the client's mistake
 and pass through unchanged; a 401 or 403, about slaguard's credentials (`upstream`), is
-also logged. TTFT is measured at the first SSE event carrying a token;
+also logged. The errors slaguard answers itself are in OpenAI's shape
+(`hotpath.openai_error`). TTFT is measured at the first SSE event carrying a token;
 TPOT = (end - first token) / (completion tokens - 1), with the token count from the
 backend's `usage` when it sends one.
 """
@@ -25,11 +26,11 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import aiohttp
-from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
 from slaguard.audit.records import RequestStatus
@@ -39,6 +40,7 @@ from slaguard.service.gateway_schemas import (
     ChatCompletionRequest,
     CompletionRequest,
     GatewayHeaders,
+    OpenAIErrorResponse,
     prompt_text,
     prompt_token_ids,
 )
@@ -46,15 +48,14 @@ from slaguard.service.hotpath import (
     DirectRoute,
     RelayResponse,
     StreamCut,
-    error_response,
-    invalid,
     json_body,
+    openai_error,
+    openai_invalid,
     unless_client_leaves,
 )
 from slaguard.service.pending import Pending, Routed
 from slaguard.service.request_checks import FieldError, NeverFitsError
 from slaguard.service.runtime import ServiceRuntime
-from slaguard.service.schemas import ErrorResponse
 from slaguard.service.sse_meter import StreamMeter
 from slaguard.service.upstream import BackendAccess, Upstream, UpstreamError, first_byte
 from slaguard.service.views import runtime_of
@@ -62,10 +63,25 @@ from slaguard.service.views import runtime_of
 log = logging.getLogger(__name__)
 router = APIRouter(route_class=DirectRoute)  # once per inference request: see `hotpath`
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    c: {"model": ErrorResponse} for c in (409, 422, 502, 503, 504)
+    c: {"model": OpenAIErrorResponse} for c in (409, 413, 422, 502, 503)
 }
 
 DECISION_HEADER = "x-slaguard-decision-id"  # on every answer to a routed request, errors too
+
+
+class Refused(Exception):
+    """A request the gateway answers itself with an error (`status`; `param`: the field
+    the message names)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers, self.param = status, message, headers, param
 
 
 @router.post(
@@ -99,13 +115,13 @@ async def _gateway(
             {name: v for name in HEADER_NAMES if (v := headers.get(name)) is not None}
         )
     except ValidationError as exc:
-        return invalid(exc)
+        return openai_invalid(exc)
     try:
         return await _proxy(request, path, body, meta)
     except FieldError as exc:
-        return error_response(422, str(exc))
-    except HTTPException as exc:
-        return error_response(exc.status_code, str(exc.detail), exc.headers)
+        return openai_error(422, str(exc), exc.field)
+    except Refused as exc:
+        return openai_error(exc.status, exc.message, exc.param, exc.headers)
 
 
 async def _proxy(
@@ -121,7 +137,8 @@ async def _proxy(
     rt.checks.served(body.model, priority, "X-Slaguard-Priority")
     request_id = meta.request_id
     if request_id is not None and request_id in rt.pending:
-        raise HTTPException(409, f"X-Request-Id: {request_id!r} was already used; send a new id")
+        used = f"X-Request-Id: {request_id!r} was already used; send a new id"
+        raise Refused(409, used, param="X-Request-Id")
     if isinstance(body, CompletionRequest):
         max_new = body.max_tokens
     else:
@@ -158,7 +175,7 @@ async def _proxy(
         rt.finish(entry, "rejected", ttft_s=None, tpot_s=None, e2e_s=None)
         notes = "; ".join(routed.decision.explanation.notes) or "no eligible target"
         again = {"Retry-After": "1", DECISION_HEADER: entry.decision_id}
-        raise HTTPException(503, f"no capacity for {body.model}: {notes}", again)
+        raise Refused(503, f"no capacity for {body.model}: {notes}", again)
     raw = await request.body()
     if entry.served_model != body.model:
         doc = json.loads(raw)
@@ -201,7 +218,7 @@ async def _whole(
         rt.gateway_metrics.upstream_failures.labels("after_first_byte", _target_id(rt, entry)).inc()
         rt.record_decision(routed, decide_s)
         rt.finish(entry, "failed", ttft_s=None, tpot_s=None, e2e_s=meter.since_start())
-        raise HTTPException(502, f"backend broke while answering: {exc}", headers) from exc
+        raise Refused(502, f"backend broke while answering: {exc}", headers) from exc
     finally:
         up.response.release()
     if content is None:
@@ -270,7 +287,7 @@ async def _open_upstream(
     rt.record_decision(routed, 0.0)
     rt.finish(entry, "failed", ttft_s=None, tpot_s=None, e2e_s=None)
     said = {DECISION_HEADER: entry.decision_id}
-    raise HTTPException(502, "backend failed before answering: " + "; ".join(failures), said)
+    raise Refused(502, "backend failed before answering: " + "; ".join(failures), said)
 
 
 FLEET_REFUSALS = frozenset({401, 403, 408, 429})

@@ -1,11 +1,11 @@
-"""The OpenAI-compatible request bodies and headers the gateway reads.
+"""The OpenAI-compatible request bodies and headers the gateway reads, and its errors.
 
 Only the fields slaguard needs are declared; every other field is forwarded untouched.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidator
 from pydantic_core import PydanticCustomError
@@ -69,6 +69,23 @@ class GatewayHeaders(BaseModel):
     deadline_s: float | None = Field(default=None, alias="X-Slaguard-Deadline-S", gt=0, le=86_400)
     request_id: str | None = Field(default=None, alias="X-Request-Id", pattern=ID_PATTERN)
     prefix_id: PrefixText | None = Field(default=None, alias="X-Slaguard-Prefix-Id")
+
+
+class OpenAIError(BaseModel):
+    """One error as OpenAI answers it (`hotpath.openai_error`)."""
+
+    message: str = Field(description="one line naming the field or the problem, and the fix")
+    type: Literal["invalid_request_error", "server_error"] = Field(
+        description="invalid_request_error: the request's mistake (4xx); server_error: 5xx"
+    )
+    param: str | None = Field(description="the field or header the message names")
+    code: None = Field(description="always null: slaguard has no error codes of its own")
+
+
+class OpenAIErrorResponse(BaseModel):
+    """Every error the gateway answers itself (a backend's is relayed as it came)."""
+
+    error: OpenAIError
 
 
 HEADER_NAMES = tuple(str(f.alias) for f in GatewayHeaders.model_fields.values())

@@ -16,6 +16,9 @@ The dispatch happens in `HotPathApp.__call__`, before FastAPI's own middleware s
 request, none of which does anything for these endpoints), so an endpoint's unexpected
 exception is answered here with a 500 `{"error": "internal error"}` and re-raised for
 the server to log, as ServerErrorMiddleware does.
+
+The OpenAI-compatible gateway's paths (`openai_paths`) answer their errors in OpenAI's
+shape (`openai_error`): their clients are OpenAI SDKs, which read `error.message`.
 """
 
 from __future__ import annotations
@@ -57,16 +60,38 @@ class DirectRoute(APIRoute):
 
 class HotPathApp(FastAPI):
     """FastAPI, but an exact (method, path) match in `hot_endpoints` goes straight to its
-    `DirectRoute` endpoint; anything else (and the lifespan) goes through FastAPI."""
+    `DirectRoute` endpoint; anything else (and the lifespan) goes through FastAPI. The
+    errors it answers itself on `openai_paths` are in OpenAI's shape."""
 
-    def __init__(self, *, hot_endpoints: Mapping[tuple[str, str], Endpoint], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        hot_endpoints: Mapping[tuple[str, str], Endpoint],
+        openai_paths: Iterable[str] = (),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.hot_endpoints = dict(hot_endpoints)
+        self.openai_paths = frozenset(openai_paths)
+
+    def error(
+        self,
+        path: str,
+        status: int,
+        message: str,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Response:
+        """`path`'s error body: OpenAI's on the gateway's paths, slaguard's elsewhere
+        (`param`: the field `message` names, for OpenAI's)."""
+        if path in self.openai_paths:
+            return openai_error(status, message, param, headers)
+        return error_response(status, message, headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             if _declared_length(scope) > MAX_BODY_BYTES:
-                await _too_large()(scope, receive, send)
+                await self.error(scope["path"], 413, TOO_LARGE)(scope, receive, send)
                 return
             endpoint = self.hot_endpoints.get((scope["method"], scope["path"]))
             if endpoint is not None:
@@ -74,14 +99,14 @@ class HotPathApp(FastAPI):
                 try:
                     body = await read_body(receive)
                 except BodyTooLarge:
-                    await _too_large()(scope, receive, send)
+                    await self.error(scope["path"], 413, TOO_LARGE)(scope, receive, send)
                     return
                 if body is None:
                     return  # the client left before its body arrived: nobody to answer
                 try:
                     response = await endpoint(ReadRequest(scope, receive, body))
                 except Exception:
-                    await error_response(500, "internal error")(scope, receive, send)
+                    await self.error(scope["path"], 500, "internal error")(scope, receive, send)
                     raise
                 await response(scope, receive, send)
                 return
@@ -91,6 +116,7 @@ class HotPathApp(FastAPI):
 MAX_BODY_BYTES = 8 << 20
 """Larger bodies get a 413: a 100 MB JSON body took 3.4 GB and stalled routing for
 seconds (the longest prompt any target takes is well under 1 MB of text)."""
+TOO_LARGE = f"body: over {MAX_BODY_BYTES >> 20} MiB; send a smaller request"
 
 
 class BodyTooLarge(Exception):
@@ -102,10 +128,6 @@ def _declared_length(scope: Scope) -> int:
         if name == b"content-length":
             return int(value) if value.isdigit() else 0
     return 0
-
-
-def _too_large() -> Response:
-    return error_response(413, f"body: over {MAX_BODY_BYTES >> 20} MiB; send a smaller request")
 
 
 async def read_body(receive: Receive) -> bytes | None:
@@ -304,11 +326,32 @@ def error_response(status: int, message: str, headers: Mapping[str, str] | None 
     return JsonBytes(encode_json({"error": message}), status, headers)
 
 
+def openai_error(
+    status: int,
+    message: str,
+    param: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    """The gateway's error body as OpenAI (and vLLM) answer one, where OpenAI's SDKs read
+    it: `{"error": {"message", "type", "param", "code"}}`. `type` as OpenAI answers:
+    `invalid_request_error` for the client's mistake, `server_error` for ours; `param`
+    is the field `message` names."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    error = {"message": message, "type": kind, "param": param, "code": None}
+    return JsonBytes(encode_json({"error": error}), status, headers)
+
+
 def _where(loc: Sequence[Any]) -> str:
     parts = [str(p) for p in loc]
     if parts and parts[0] in ("body", "query", "path", "header"):
         parts = parts[1:] or parts
     return ".".join(parts) or "body"
+
+
+def validation_field(errors: Sequence[Mapping[str, Any]]) -> str | None:
+    """The field the first problem names (None: the body as a whole, e.g. not JSON)."""
+    where = _where(errors[0].get("loc", ())) if errors else "body"
+    return None if where == "body" else where
 
 
 def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
@@ -327,6 +370,12 @@ def invalid(exc: ValidationError, prefix: str = "") -> Response:
     if prefix:
         errors = [{**e, "loc": (prefix, *e["loc"])} for e in errors]
     return error_response(422, validation_message(errors))
+
+
+def openai_invalid(exc: ValidationError) -> Response:
+    """`invalid` in OpenAI's shape, the field it names as `param`."""
+    errors = exc.errors()
+    return openai_error(422, validation_message(errors), validation_field(errors))
 
 
 def query_flag(request: Request, name: str) -> bool:

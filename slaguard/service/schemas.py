@@ -218,6 +218,7 @@ class AlertmanagerResponse(BaseModel):
 
 
 class ErrorResponse(BaseModel):
-    """Every 4xx/5xx body: one line naming the field or the problem, and the fix."""
+    """Every 4xx/5xx body but the OpenAI-compatible gateway's (`OpenAIErrorResponse`): one
+    line naming the field or the problem, and the fix."""
 
     error: str
