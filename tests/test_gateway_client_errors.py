@@ -52,7 +52,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet))
     cfg = load_config(None, {
         "fleet": tmp / "fleet.yaml", "db": str(tmp / "audit.db"),
-        "telemetry": {"scrape": False}, "notify_file": tmp / "incidents.jsonl",
+        # scraped: without, every picture is stale a second after the start (a 503)
+        "telemetry": {"scrape_interval_s": 0.1, "stale_after_s": 2.0},
+        "notify_file": tmp / "incidents.jsonl",
         "gateway": {"chars_per_token": GATEWAY_CHARS_PER_TOKEN},
     })  # fmt: skip
     service = build_service(cfg)
