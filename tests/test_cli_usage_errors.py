@@ -74,6 +74,17 @@ def test_help_and_a_bare_group_still_print_help() -> None:
     assert not (bare.stdout + bare.stderr).startswith("error:")
 
 
+@pytest.mark.parametrize("group", ["audit", "db", "fleet", "dashboards"])
+def test_a_groups_help_lists_each_command_on_one_line(group: str) -> None:
+    """A docstring's first paragraph over two source lines was listed over three lines,
+    cut where the source wrapped (`audit explain`, `summary`, `incident`, `dashboards
+    build`): each command's summary is one line of its own."""
+    listing = runner.invoke(app, [group, "--help"], env={"COLUMNS": "200"}).output
+    panel = listing[listing.index("Commands") :]
+    rows = [line.strip("│ ") for line in panel.splitlines()[1:] if line.startswith("│")]
+    assert rows and all(re.match(r"[a-z-]+ {2,}\S", row) for row in rows), rows
+
+
 @pytest.mark.parametrize("args", [["-h"], ["audit", "-h"], ["audit", "decisions", "-h"]])
 def test_dash_h_is_help_everywhere(args: list[str]) -> None:
     """`-h` was "no such option: -h" on every command."""

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from slaguard.audit.engine import operator_url, shown_url
 from slaguard.audit.models import Decision, ModeChange, Outcome
 from slaguard.cli.main import app
+from slaguard.cli.status import _column
 from slaguard.guard import modes
 from slaguard.guard.incident_store import IncidentStore
 from slaguard.guard.leader import lease_for
@@ -376,3 +377,9 @@ def test_status_names_a_postgres_database_without_its_password(pg_audit_engine: 
     text = ok("status", "--db", url.render_as_string(hide_password=False))
     assert f"database:     {url.render_as_string(hide_password=True)} (from --db)" in text
     assert "s3cret" not in text
+
+
+def test_status_counts_of_one_are_singular_and_stay_aligned() -> None:
+    """`status` printed "1 violations"."""
+    one, many = _column(1, 7, "violation"), _column(24, 7, "violation")
+    assert (one, many) == ("      1 violation ", "     24 violations")

@@ -21,8 +21,10 @@ from helpers import wait_for
 SIMULATE = "from slaguard.cli.main import main; main()"
 
 
-def _long_trace(path: Path, n: int = 40_000, every_s: float = 0.1) -> Path:
-    """An Azure-format trace of `n` requests, one every `every_s` seconds."""
+def _long_trace(path: Path, n: int = 160_000, every_s: float = 0.1) -> Path:
+    """An Azure-format trace of `n` requests, one every `every_s` seconds: long enough
+    (~45 s simulated on a quiet machine) that the run is still simulating when its niced
+    writer, starved on a loaded machine, has stored the 400 decisions the tests wait for."""
     start = datetime(2023, 11, 16, 18, 0, 0)
     at = [(start + timedelta(seconds=i * every_s)).isoformat(sep=" ") for i in range(n)]
     rows = [f"{t},{300 + i % 700},{40 + i % 90}" for i, t in enumerate(at)]
@@ -91,7 +93,7 @@ def test_an_interrupted_run_says_where_and_leaves_a_whole_prefix(
     outcomes = _count(db, "outcomes")
     assert f"holds the run up to there: {decisions} decisions, {outcomes} outcomes" in line
     assert "still in" not in line  # every acknowledged row drained
-    assert 400 < decisions < 40_000 and 0 < outcomes <= decisions
+    assert 400 < decisions < 160_000 and 0 < outcomes <= decisions
     with sqlite3.connect(db) as conn:
         switches = [m for (m,) in conn.execute("select to_mode from mode_changes order by at")]
     assert switches[:2] == ["rollout(10)", "rollout(50)"]

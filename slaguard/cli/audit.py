@@ -190,8 +190,10 @@ def explain_command(
     fmt: OutputFormat = FormatOption,
     output: Path | None = OutputOption,
 ) -> None:
-    """Why one request went where it went: candidates' component scores, rejections,
-    weights version, fleet mode, and how the request turned out."""
+    """Why one request went where it went, and how it turned out.
+
+    Every candidate's component scores, the rejected targets and why, the weights version
+    and the fleet mode."""
     check_output(fmt, output)
     engine = open_audit_db(db)
     found = _answer(lambda: _explained(engine, request_id))
@@ -219,8 +221,9 @@ def summary_command(
     fmt: OutputFormat = FormatOption,
     output: Path | None = OutputOption,
 ) -> None:
-    """Per arm, target and card type: decision share vs capacity share, TTFT p50/p99,
-    SLA violation rate."""
+    """Per arm, target and card type: decision vs capacity share, TTFT, SLA violations.
+
+    TTFT p50/p99, and the SLA violation rate over the outcomes an SLA judges."""
     check_output(fmt, output)
     start, end = _answer(lambda: parse_range(since, until, _now()))
     capacity = fleet_capacity(load_or_fail(fleet_file))
@@ -259,8 +262,9 @@ def incident_command(
     fmt: OutputFormat = FormatOption,
     output: Path | None = OutputOption,
 ) -> None:
-    """The timeline around an incident: evidence, mode switches, per-target decision
-    share and TTFT p50/p99 before / during / after."""
+    """The timeline around an incident: evidence, mode switches, per-target figures.
+
+    Per target: decision share and TTFT p50/p99 before / during / after."""
     check_output(fmt, output)
     if plot is not None and plot.suffix.lower() != ".png":
         fail(

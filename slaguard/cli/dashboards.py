@@ -20,8 +20,9 @@ def build(
         False, "--check", help="Write nothing; exit 1 if a file in --out differs from a build."
     ),
 ) -> None:
-    """Write every dashboard as `<uid>.json` into --out (the committed copies live in
-    `dashboards/`)."""
+    """Write every dashboard as `<uid>.json` into --out.
+
+    The committed copies live in `dashboards/`."""
     if out.exists() and not out.is_dir():
         fail(f"--out: {out} is a file; fix: pass a directory such as dashboards/")
     if not check:

@@ -144,8 +144,10 @@ def status(
     for arm in arms.arms:
         rate = arm["sla_violation_rate"]
         lines.append(
-            f"  {arm['arm']:<12} {arm['decisions']:>8} decisions {arm['outcomes']:>8} outcomes "
-            f"{arm['sla_violations']:>7} violations  rate {'-' if rate is None else f'{rate:.2%}'}"
+            f"  {arm['arm']:<12} {_column(arm['decisions'], 8, 'decision')} "
+            f"{_column(arm['outcomes'], 8, 'outcome')} "
+            f"{_column(arm['sla_violations'], 7, 'violation')}  "
+            f"rate {'-' if rate is None else f'{rate:.2%}'}"
         )
     lines.append(f"  {arms.verdict}")
     # reasons, actors and subjects are data: one line each, their control characters inert
@@ -188,3 +190,8 @@ def _plan_line(kind: ModeKind, auto_advance: bool, entered_by: TransitionKind | 
     if kind is ModeKind.ROUND_ROBIN:
         return "stays until `slaguard resume`"
     return "stays until the breaker trips or a human moves it"
+
+
+def _column(n: int, width: int, noun: str) -> str:
+    """`      1 violation ` beside `     24 violations`: aligned, and not "1 violations"."""
+    return f"{n:>{width}} {noun} " if n == 1 else f"{n:>{width}} {noun}s"
