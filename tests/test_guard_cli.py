@@ -166,6 +166,33 @@ def test_trip_then_status_incidents_and_a_resume_that_resolves(audit_engine: Eng
     ]  # fmt: skip
 
 
+def test_a_rollback_on_a_tripped_fleet_takes_it_over_from_the_guard(
+    audit_engine: Engine,
+) -> None:
+    """`rollback` after a trip said "nothing to roll back": with `breaker.auto_return`
+    the guard then returned the fleet to the rollout, undoing the on-call's decision."""
+    now = time.time()
+    store = GuardStore(audit_engine)
+    start_rollout(store, at_s=now - 30)
+    guard = tripping_guard(store.load(now - 20))
+    EventPersister(store, IncidentStore(audit_engine)).persist(
+        guard, trip(guard, now - 15), now - 10
+    )
+    said = change(audit_engine, "rollback", "--reason", "keep it", "--actor", "ana")
+    assert said == (
+        "fleet stays on round_robin by ana (keep it): taken over from the guard's trip, so no "
+        "automatic return undoes it"
+    )
+    db = ["--db", url_of(audit_engine)]
+    status = json.loads(ok("status", *db, "--json"))
+    assert (status["mode"], status["entered_by"]) == ("round_robin", "manual_rollback")
+    assert "stays until `slaguard resume`\n" in ok("status", *db)
+    again = change(audit_engine, "rollback", "--reason", "again", "--actor", "ana")
+    assert again == "fleet already on round_robin; nothing to roll back"
+    (open_one,) = json.loads(ok("incidents", "--open", *db, "-f", "json"))
+    assert open_one["detector"] == "rollout_compare", "the trip's incident stays open"
+
+
 def test_resume_on_a_fleet_the_plan_took_to_learned_changes_nothing(
     audit_engine: Engine,
 ) -> None:

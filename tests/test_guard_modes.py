@@ -155,6 +155,31 @@ def test_auto_return_never_undoes_a_human_rollback() -> None:
     assert not modes.auto_return(rolled, 600.0, PLAN, AUTO, reason="clear").changed
 
 
+def test_a_humans_rollback_takes_a_tripped_fleet_over_from_the_guard() -> None:
+    """It answered "fleet already on round_robin; nothing to roll back", and with
+    `auto_return` the guard put the learned policy back once the fault cleared: the
+    on-call's rollback was undone by the very automation it meant to overrule."""
+    tripped = modes.trip(_state(LEARNED), 10.0, reason="tier", evidence={}).state
+    assert modes.auto_return(tripped, 600.0, PLAN, AUTO, reason="clear").changed
+    alert = modes.manual_rollback(tripped, 20.0, actor="am", reason="x", stop_plan=False)
+    assert not alert.changed and alert.message.endswith("; nothing to roll back")
+    result = modes.manual_rollback(tripped, 20.0, actor="ana", reason="keep it")
+    assert result.message == (
+        "fleet stays on round_robin by ana (keep it): taken over from the guard's trip, so "
+        "no automatic return undoes it"
+    )
+    t = result.transition
+    assert t is not None and (t.kind, t.from_mode, t.to_mode) == (
+        TransitionKind.MANUAL_ROLLBACK, "round_robin", "round_robin",
+    )  # fmt: skip
+    taken = result.state
+    assert taken.switch_times_s == tripped.switch_times_s, "no policy switch counted"
+    assert not modes.auto_return(taken, 600.0, PLAN, AUTO, reason="clear").changed
+    again = modes.manual_rollback(taken, 30.0, actor="ana", reason="x")
+    assert not again.changed and again.message.endswith("; nothing to roll back")
+    assert modes.manual_resume(taken, 40.0, PLAN, actor="ana", reason="ok").changed
+
+
 def test_auto_return_refused_when_the_hourly_cap_would_be_exceeded() -> None:
     state = _state(R10)
     t = 0.0

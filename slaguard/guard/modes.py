@@ -240,7 +240,9 @@ def manual_rollback(
     """A human sends the fleet to round-robin (`hold`: and keeps it there). On the
     round-robin baseline, which the plan leaves once `baseline_s` has run, a rollback
     stops the plan (`stop_plan`; an alert's rollback leaves it): it said "nothing to roll
-    back" and the learned policy started routing at the baseline's end."""
+    back" and the learned policy started routing at the baseline's end. On a fleet the
+    guard tripped, a human's rollback takes it over: it said "nothing to roll back", and
+    with `breaker.auto_return` the guard later put the learned policy back."""
     if hold:
         if state.mode.kind is ModeKind.HELD_ROUND_ROBIN:
             # the form of every idempotent answer: fleet already on <mode>; nothing to <verb>
@@ -259,11 +261,17 @@ def manual_rollback(
             message=message,
         )
     baseline = state.mode.kind is ModeKind.ROUND_ROBIN and state.auto_advance
-    if state.mode.kind in _RR_FAMILY and not (stop_plan and baseline):
+    tripped = state.mode.kind is ModeKind.ROUND_ROBIN and state.entered_by is TransitionKind.TRIP
+    if state.mode.kind in _RR_FAMILY and not (stop_plan and (baseline or tripped)):
         return _stay(state, f"fleet already on {state.mode.label}; nothing to roll back")
     message = f"{_aborted(state.mode)}: fleet on round_robin by {actor} ({reason})"
     if baseline:
         message = f"rollout plan stopped: fleet stays on round_robin by {actor} ({reason})"
+    elif tripped:
+        message = (
+            f"fleet stays on round_robin by {actor} ({reason}): taken over from the guard's "
+            "trip, so no automatic return undoes it"
+        )
     return _move(
         state,
         ROUND_ROBIN,
