@@ -178,13 +178,48 @@ def check_sqlite_file(url: URL, option: str) -> None:
             fail(_not_a_database(path, option, str(exc), create=True))
 
 
+PG_QUERY_CANCELED = "57014"
+PG_WHO_LOCKS = (
+    "SELECT pid, pg_blocking_pids(pid) AS blocked_by, state, query FROM pg_stat_activity "
+    "WHERE wait_event_type = 'Lock' OR state LIKE 'idle in transaction%'"
+)
+
+
+def failure_line(exc: SQLAlchemyError, url: URL, statement_timeout_s: float | None = None) -> str:
+    """A database failure mid-command in one line. A lock another session holds was only
+    the driver's `canceling statement due to statement timeout` or `database is locked`:
+    it is named, with where to find its holder."""
+    said = error_line(exc)
+    orig = getattr(exc, "orig", None)
+    if getattr(orig, "sqlstate", None) == PG_QUERY_CANCELED:
+        waited = (
+            "" if statement_timeout_s is None else f"no answer within {statement_timeout_s:g} s: "
+        )
+        return (
+            f"{said} ({waited}another session holds a lock on slaguard's tables, e.g. a "
+            "running `slaguard db upgrade`, a `LOCK TABLE` or a transaction left open; find "
+            f"it: {PG_WHO_LOCKS}); fix: let it finish or end it (pg_terminate_backend(pid)), "
+            "then run the command again"
+        )
+    path = sqlite_path(url)
+    if path is not None and "database is locked" in said:
+        return (
+            f"{said}: another process holds the SQLite file's write lock (a `serve` or "
+            f"`simulate` writer releases it within a second; a longer hold is a stuck "
+            f"writer or an open sqlite3 shell); find it: fuser {path}; fix: let it finish "
+            "or stop it, then run the command again"
+        )
+    return said
+
+
 def open_audit_db(db: str | None, *, statement_timeout_s: float | None = None) -> Engine:
     """A reachable database at the schema this slaguard expects, or one error line."""
     engine = connect(db, statement_timeout_s=statement_timeout_s)
     try:
         current = is_current(engine)
     except SQLAlchemyError as exc:
-        fail(f"cannot read the schema revision of {shown_url(engine.url)}: {error_line(exc)}")
+        said = failure_line(exc, engine.url, statement_timeout_s)
+        fail(f"cannot read the schema revision of {shown_url(engine.url)}: {said}")
     if not current:
         # Alembic, loaded only now, words which command fixes it
         from slaguard.audit.migrate import SchemaNotCurrentError, require_current_schema

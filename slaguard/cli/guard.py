@@ -44,7 +44,7 @@ def history(
         fail(str(exc))
     check_output(fmt, output)
     engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
-    frame = query_or_fail(lambda: mode_history(engine, start, end))
+    frame = query_or_fail(engine, lambda: mode_history(engine, start, end))
     with writing(output):
         emit_frame(frame, fmt, output, f"mode switches {span_title(start, end)}")
 
@@ -65,6 +65,6 @@ def incidents(
             fail(str(exc))
     check_output(fmt, output)
     engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
-    frame = query_or_fail(lambda: incident_list(engine, open_only=open_only, since=start))
+    frame = query_or_fail(engine, lambda: incident_list(engine, open_only=open_only, since=start))
     with writing(output):
         emit_frame(frame, fmt, output, "open incidents" if open_only else "incidents")

@@ -21,8 +21,8 @@ import typer
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from slaguard.audit.engine import error_line, operator_url, shown_url
-from slaguard.cli.dbopen import DbOption, open_audit_db
+from slaguard.audit.engine import operator_url, shown_url
+from slaguard.cli.dbopen import DbOption, failure_line, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.guard.guard import Guard
 from slaguard.guard.incident_store import IncidentStore
@@ -39,12 +39,12 @@ one line instead of hanging without a word."""
 ActorOption = typer.Option(None, "--actor", help="Who does this (default: the OS user).")
 
 
-def query_or_fail(run: Callable[[], _T]) -> _T:
-    """`run()`, with a database error as one `error:` line and exit 2."""
+def query_or_fail(engine: Engine, run: Callable[[], _T]) -> _T:
+    """`run()` on `engine`, with a database error as one `error:` line and exit 2."""
     try:
         return run()
     except SQLAlchemyError as exc:
-        fail(f"database query failed: {error_line(exc)}")
+        fail(f"database query failed: {failure_line(exc, engine.url, GUARD_STATEMENT_TIMEOUT_S)}")
 
 
 def _actor(value: str | None) -> str:
@@ -78,7 +78,8 @@ def _run(engine: Engine, action: ManualAction, **kwargs: Any) -> ManualOutcome:
     except ModeBusyError as exc:
         fail(str(exc))
     except SQLAlchemyError as exc:
-        fail(f"database {shown_url(engine.url)}: {error_line(exc)}")
+        said = failure_line(exc, engine.url, GUARD_STATEMENT_TIMEOUT_S)
+        fail(f"database {shown_url(engine.url)}: {said}")
 
 
 def _say(outcome: ManualOutcome, engine: Engine) -> None:
@@ -133,5 +134,5 @@ def resume(
     why = _reason(reason, "manual resume")
     engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
     if stage_pct is None:
-        stage_pct = query_or_fail(GuardStore(engine).planned_first_stage)
+        stage_pct = query_or_fail(engine, GuardStore(engine).planned_first_stage)
     _say(_run(engine, ManualAction.RESUME, actor=who, reason=why, stage_pct=stage_pct), engine)

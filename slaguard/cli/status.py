@@ -19,13 +19,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from slaguard.audit.engine import (
     DB_ENV_VAR,
     DEFAULT_SQLITE_FILE,
-    error_line,
     operator_url,
     shown_url,
 )
 from slaguard.audit.isotime import iso_utc
 from slaguard.audit.timeargs import parse_duration
-from slaguard.cli.dbopen import DbOption, db_origin, open_audit_db
+from slaguard.cli.dbopen import DbOption, db_origin, failure_line, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.cli.mode import GUARD_STATEMENT_TIMEOUT_S
 from slaguard.guard.leader import current_leader, guard_replicas
@@ -99,7 +98,7 @@ def status(
         incidents = incident_rows(engine, open_only=True)
         arms = arm_sla(engine, now - span, now)
     except SQLAlchemyError as exc:
-        fail(f"database query failed: {error_line(exc)}")
+        fail(f"database query failed: {failure_line(exc, engine.url, GUARD_STATEMENT_TIMEOUT_S)}")
     leader, replicas, leader_error = _leader(engine)
     database = {"url": shown_url(operator_url(engine.url)), "from": db_origin(db)}
     if as_json:
