@@ -17,7 +17,7 @@ from test_guard_store import tripping_guard as _tripping
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
-from slaguard.audit.models import FleetState, Incident, utc_from_unix
+from slaguard.audit.models import FleetState, Incident, Outcome, utc_from_unix
 from slaguard.guard import runner
 from slaguard.guard.events import ModeChangedEvent
 from slaguard.guard.feed import AuditSampleFeed
@@ -226,3 +226,23 @@ def test_the_baseline_counts_from_the_first_leaders_start_not_the_db_upgrade(
     changes = [e for e in a.evaluate(later) if isinstance(e, ModeChangedEvent)]
     assert [c.transition.to_mode for c in changes] == ["rollout(10)"]
     a.close()
+
+
+def test_the_audit_feed_leaves_out_outcomes_no_sla_judges(engine: Engine) -> None:
+    """A `client_error` (sla_met null) is no card's doing: the leader's feed of every
+    replica's outcomes took it for a miss, as the replica that routed it does not."""
+    now = time.time()
+    feed = AuditSampleFeed(engine, lag_s=5.0, warmup_s=300.0)
+    insert_arm_rows(engine, now - 60, n=10, prefix="a-")
+    refused = [f"a-{k:06d}" for k in range(0, 20, 4)]
+    with engine.begin() as conn:
+        conn.execute(
+            update(Outcome)
+            .where(Outcome.request_id.in_(refused))
+            .values(status="client_error", sla_met=None, ttft_s=None)
+        )
+        judged = dict(conn.execute(select(Outcome.request_id, Outcome.sla_met)).all())
+    misses = sum(met is False for met in judged.values())
+    samples = feed.poll(now)
+    assert (len(samples), sum(not s.sla_met for s in samples)) == (15, misses)
+    assert misses == 3 and feed.fed == 15

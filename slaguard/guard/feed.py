@@ -12,6 +12,8 @@ outcome seen and skips request ids it already fed; an outcome stored more than `
 behind that watermark by the time it lands is not fed.
 
 What the audit rows carry: target, card type, model, deadline, arm, TTFT, SLA outcome.
+An outcome no SLA judges (a `client_error`, `sla_met` NULL) is not fed: it was the
+client's mistake, and the replica that routed it keeps it from its own guard too.
 They do not carry the prompt's prefix identity or the model version's rollout time, so
 through this feed `hot_spot` and `cold_start` see nothing; a replica that also wants
 them feeds its own samples with `GuardReplica.observe` (see docs/guard-replicas.md).
@@ -32,7 +34,7 @@ MAX_ROWS_PER_POLL = 50_000
 
 
 class AuditSampleFeed:
-    """Turns new `outcomes` rows (joined to their decisions) into `GuardSample`s."""
+    """Turns new judged `outcomes` rows (joined to their decisions) into `GuardSample`s."""
 
     def __init__(
         self,
@@ -74,7 +76,11 @@ class AuditSampleFeed:
                 Decision.policy_arm,
             )
             .join(Decision, Decision.request_id == Outcome.request_id)
-            .where(Outcome.finished_at > utc_from_unix(start), Decision.target_id.is_not(None))
+            .where(
+                Outcome.finished_at > utc_from_unix(start),
+                Outcome.sla_met.is_not(None),
+                Decision.target_id.is_not(None),
+            )
             .order_by(Outcome.finished_at)
             .limit(self.max_rows)
         )
