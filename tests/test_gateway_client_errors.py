@@ -21,6 +21,7 @@ from slaguard.service.bootstrap import Service, build_service
 from slaguard.service.config import load_config
 from slaguard.service.gateway import status_of_code
 from slaguard.service.local import ServerThread
+from slaguard.service.loops import ViolationWindow
 from slaguard.service.runtime import ServiceRuntime
 
 MODEL = "llama3.1-8b"
@@ -81,7 +82,7 @@ def test_a_backends_400_is_relayed_audited_and_judged_by_no_sla(stack: Stack, st
     row = stored_outcome(rt.engine, r.headers["x-slaguard-decision-id"])
     assert row.outcome["status"] == "client_error"
     assert row.outcome["sla_met"] is None
-    assert (rt.finished_count, rt.violated_count) == (finished + 1, violated)
+    assert (rt.finished_count, rt.violated_count) == (finished, violated)
     assert rt.scheduler.learner.pending == learner_pending
     after = stack.sample("slaguard_requests_completed_total", arm="learned", priority="normal")
     assert after == completed  # not in the SLA ratio's denominator either
@@ -96,3 +97,18 @@ def test_only_the_requests_own_refusals_are_client_errors() -> None:
         200: "ok", 400: "client_error", 401: "failed", 403: "failed",
         408: "failed", 413: "client_error", 422: "client_error", 429: "failed",
     }  # fmt: skip
+
+
+def test_a_client_error_leaves_the_corrections_violation_rate_alone(stack: Stack) -> None:
+    """The global correction's SLA violation rate (violated / finished over its period)
+    counted a client error as a finished request met: a client sending prompts over the
+    context diluted the fleet's misses and the correction eased off."""
+    rt = stack.rt
+    window = ViolationWindow(rate=0.4)
+    before = window.step(rt.finished_count, rt.violated_count)  # the earlier tests' requests
+    assert before > 0.1
+    body = {"model": MODEL, "messages": [{"role": "user", "content": LONG}], "max_tokens": 4}
+    for _ in range(3):
+        r = stack.client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 400, r.text
+    assert window.step(rt.finished_count, rt.violated_count) == pytest.approx(before)

@@ -79,6 +79,8 @@ class ServiceRuntime:
         self.audit_refused = 0
         self._refusals = FailureLog(log, "audit record")
         self.finished_count = 0
+        """Finished requests an SLA judged (not a `client_error`): with `violated_count`,
+        the global correction's violation rate."""
         self.violated_count = 0
         self.started_at_s = clock()
         self.checks = RequestChecks(fleet)
@@ -266,7 +268,7 @@ class ServiceRuntime:
         deadline = entry.deadline_s
         met = sla_met(status, ttft_s, e2e_s, deadline)
         entry.sla_met = met
-        self.finished_count += 1
+        self.finished_count += met is not None
         self.violated_count += met is False
         if entry.target_index is not None:
             self.scheduler.state.add_queue(entry.target_index, -1)
