@@ -10,9 +10,10 @@ Retry rule: if the backend fails *before the first byte of the answer body* (con
 refused, timeout, HTTP 5xx, or a 404: the model was checked against the fleet, so the
 backend serves another one), the request is sent once more to the next-best eligible
 target, and the decision's explanation records it. After the first byte nothing is retried:
-the client already holds part of an answer. Backend 4xx answers are the client's mistake
-and pass through unchanged; a 401 or 403, about slaguard's credentials (`upstream`), is
-also logged. The errors slaguard answers itself are in OpenAI's shape
+the client already holds part of an answer. Backend 4xx answers pass through unchanged:
+a 401, 403, 408 or 429 is the fleet's failure (`FLEET_REFUSALS`; a 401 or 403, about
+slaguard's credentials, is also logged by `upstream`), any other the client's mistake,
+a `client_error` no SLA judges. The errors slaguard answers itself are in OpenAI's shape
 (`hotpath.openai_error`). TTFT is measured at the first SSE event carrying a token;
 TPOT = (end - first token) / (completion tokens - 1), with the token count from the
 backend's `usage` when it sends one.
