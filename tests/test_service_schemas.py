@@ -107,3 +107,12 @@ def test_openapi_bounds_are_json_schema_keywords(client: httpx.Client) -> None:
     tokens = {"minimum": 0, "maximum": 10_000_000, "type": "integer"}
     assert tokens in fields["prompt_tokens"]["anyOf"]
     assert "503" in feedback["responses"] and "409" in feedback["responses"]
+
+
+def test_openapi_says_what_a_null_sla_met_means(client: httpx.Client) -> None:
+    """`sla_met` null (a `client_error`, judged by no SLA) was published as a bare
+    boolean-or-null: a client reading the contract could not tell it from a miss."""
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    sla_met = schemas["FeedbackResponse"]["properties"]["sla_met"]
+    assert {"type": "null"} in sla_met["anyOf"] and {"type": "boolean"} in sla_met["anyOf"]
+    assert "client_error" in sla_met["description"]

@@ -142,7 +142,9 @@ class FeedbackResponse(BaseModel):
     decision_id: str
     recorded: bool
     duplicate: bool
-    sla_met: bool | None
+    sla_met: bool | None = Field(
+        description="the SLA verdict; null for a `client_error`, which no SLA judges"
+    )
 
 
 class TelemetryRequest(_Body):
