@@ -10,38 +10,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
+from gateway_stack import MODEL, SCRAPED, GatewayStack, gateway_stack
 from helpers import stored_outcome, wait_for
 
 from slaguard.audit.service import UnknownRequestError, explain
-from slaguard.emulator.app import create_emulator_app
-from slaguard.fleet import build_fleet
-from slaguard.service.app import create_app
-from slaguard.service.bootstrap import Service, build_service
-from slaguard.service.config import load_config
-from slaguard.service.local import ServerThread
 
 CARDS = ("h100", "l40s", "a100")
-MODEL = "llama3.1-8b"
 
 
-@dataclass
-class Stack:
-    service: Service
-    client: httpx.Client
-    emulators: dict[str, str]
-    app: Any
-
-    def fault(self, target: str, path: str, body: dict[str, Any] | None = None) -> None:
-        r = self.client.post(f"{self.emulators[target]}/admin/{path}", json=body or {})
-        assert r.status_code == 200
-
+class Stack(GatewayStack):
     def retries(self) -> float:
         return self.service.runtime.gateway_metrics.retries._value.get()
 
@@ -51,34 +33,10 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    tmp = tmp_path_factory.mktemp("gateway")
-    servers: dict[str, ServerThread] = {}
-    for card in CARDS:
-        target = build_fleet({"targets": [{"id": card, "model": MODEL, "card": card}]}).targets[0]
-        servers[card] = ServerThread(create_emulator_app(target, speedup=4.0)).start()
-    fleet = {
-        "targets": [
-            {"id": f"{c}-8b", "model": MODEL, "card": c, "url": servers[c].url} for c in CARDS
-        ]
-    }
-    (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet))
-    cfg = load_config(
-        None,
-        {
-            "fleet": tmp / "fleet.yaml",
-            "db": str(tmp / "audit.db"),
-            "telemetry": {"scrape_interval_s": 0.1, "stale_after_s": 2.0},
-            "notify_file": tmp / "incidents.jsonl",
-        },
-    )
-    service = build_service(cfg)
-    app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
-    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=30) as client:
-        emulators = {f"{c}-8b": servers[c].url for c in CARDS}
-        yield Stack(service, client, emulators, app)
-    service.close()
-    for s in servers.values():
-        s.stop()
+    config = {"telemetry": SCRAPED}
+    cards = {f"{c}-8b": c for c in CARDS}
+    with gateway_stack(tmp_path_factory.mktemp("gateway"), cards, config, kind=Stack) as stack:
+        yield stack
 
 
 def _chat(tokens: int = 4, stream: bool = True, text: str = "hello there") -> dict[str, Any]:

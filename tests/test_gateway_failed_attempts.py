@@ -8,46 +8,20 @@ every request routed to it waited `first_byte_timeout_s` before its retry."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-import yaml
+from gateway_stack import MODEL, SCRAPED, GatewayStack, gateway_stack
 from helpers import stored_outcome, wait_for
 
-from slaguard.emulator.app import create_emulator_app
-from slaguard.fleet import build_fleet
-from slaguard.service.app import create_app
-from slaguard.service.bootstrap import Service, build_service
-from slaguard.service.config import load_config
-from slaguard.service.local import ServerThread
-from slaguard.service.runtime import ServiceRuntime
-
-MODEL = "llama3.1-8b"
 CARDS = ("h100", "l40s")
 FIRST_BYTE_TIMEOUT_S = 1.0
 
 
-@dataclass
-class Stack:
-    service: Service
-    client: httpx.Client
-    emulators: dict[str, str]
-
-    @property
-    def rt(self) -> ServiceRuntime:
-        return self.service.runtime
-
-    def fault(self, target: str, path: str, body: dict[str, Any] | None = None) -> None:
-        r = self.client.post(f"{self.emulators[target]}/admin/{path}", json=body or {})
-        assert r.status_code == 200
-
+class Stack(GatewayStack):
     def failures(self, target: str) -> float:
-        labels = {"stage": "before_first_byte", "target": target}
-        got = self.rt.metrics.registry.get_sample_value(
-            "slaguard_gateway_upstream_failures_total", labels
+        got = self.sample(
+            "slaguard_gateway_upstream_failures_total", stage="before_first_byte", target=target
         )
         assert got is not None, "every target's series exists from the start"
         return got
@@ -62,32 +36,15 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    tmp: Path = tmp_path_factory.mktemp("gateway-attempts")
-    servers = {}
-    for card in CARDS:
-        target = build_fleet({"targets": [{"id": card, "model": MODEL, "card": card}]})
-        servers[card] = ServerThread(create_emulator_app(target.targets[0], speedup=4.0)).start()
-    fleet = {"targets": [{"id": c, "model": MODEL, "card": c, "url": servers[c].url}
-                         for c in CARDS]}  # fmt: skip
-    (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet))
-    cfg = load_config(None, {
-        "fleet": tmp / "fleet.yaml", "db": str(tmp / "audit.db"),
-        "telemetry": {"scrape_interval_s": 0.1, "stale_after_s": 2.0},
-        "notify_file": tmp / "incidents.jsonl",
+    config = {
+        "telemetry": SCRAPED,
         "gateway": {"first_byte_timeout_s": FIRST_BYTE_TIMEOUT_S},
         "rollout": {"baseline_s": 0, "stages_pct": [100]},  # every request on the learned arm
-    })  # fmt: skip
-    service = build_service(cfg)
-    app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
-    try:
-        with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=30) as c:
-            stack = Stack(service, c, {card: s.url for card, s in servers.items()})
-            wait_for("the learned arm", lambda: stack.rt.modes.state().mode.label == "rollout(100)")
-            yield stack
-    finally:
-        service.close()
-        for s in servers.values():
-            s.stop()
+    }
+    tmp = tmp_path_factory.mktemp("gateway-attempts")
+    with gateway_stack(tmp, {card: card for card in CARDS}, config, kind=Stack) as stack:
+        wait_for("the learned arm", lambda: stack.rt.modes.state().mode.label == "rollout(100)")
+        yield stack
 
 
 def test_a_stalled_target_is_learned_as_failed_and_heard_as_slow(stack: Stack) -> None:

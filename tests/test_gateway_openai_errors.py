@@ -10,32 +10,19 @@ docs read it).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
+from gateway_stack import MODEL, GatewayStack, gateway_stack
 
-from slaguard.emulator.app import create_emulator_app
-from slaguard.fleet import build_fleet
-from slaguard.service.app import create_app
-from slaguard.service.bootstrap import build_service
-from slaguard.service.config import load_config
 from slaguard.service.hotpath import MAX_BODY_BYTES
-from slaguard.service.local import ServerThread
 
-MODEL = "llama3.1-8b"
 CARDS = ("h100", "l40s")
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
 
-@dataclass
-class Stack:
-    client: httpx.Client
-    emulators: dict[str, str]
-
+class Stack(GatewayStack):
     def push(self, healthy: bool = True) -> None:
         """A fresh picture of every target (no scraper: the test decides their health)."""
         for target in self.emulators:
@@ -43,40 +30,21 @@ class Stack:
             assert self.client.post("/v1/telemetry", json=body).status_code == 200
 
     def fail_backends(self, mode: str) -> None:
-        for url in self.emulators.values():
-            path = "recover" if mode == "recover" else "fail"
-            assert self.client.post(f"{url}/admin/{path}", json={"mode": mode}).status_code == 200
+        for target in self.emulators:
+            if mode == "recover":
+                self.fault(target, "recover")
+            else:
+                self.fault(target, "fail", {"mode": mode})
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    tmp: Path = tmp_path_factory.mktemp("gateway-openai-errors")
-    emulators: dict[str, ServerThread] = {}
-    for card in CARDS:
-        target = build_fleet({"targets": [{"id": card, "model": MODEL, "card": card}]})
-        emulators[card] = ServerThread(create_emulator_app(target.targets[0], speedup=8.0)).start()
-    fleet = {
-        "targets": [
-            {"id": f"{c}-8b", "model": MODEL, "card": c, "url": emulators[c].url} for c in CARDS
-        ]
-    }
-    (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet))
-    cfg = load_config(None, {
-        "fleet": tmp / "fleet.yaml", "db": str(tmp / "audit.db"),
-        "telemetry": {"scrape": False, "stale_after_s": 300},
-        "notify_file": tmp / "incidents.jsonl",
-    })  # fmt: skip
-    service = build_service(cfg)
-    app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
-    try:
-        with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=30) as c:
-            s = Stack(c, {f"{card}-8b": emulators[card].url for card in CARDS})
-            s.push()
-            yield s
-    finally:
-        service.close()
-        for e in emulators.values():
-            e.stop()
+    tmp = tmp_path_factory.mktemp("gateway-openai-errors")
+    config = {"telemetry": {"scrape": False, "stale_after_s": 300}}
+    cards = {f"{c}-8b": c for c in CARDS}
+    with gateway_stack(tmp, cards, config, speedup=8.0, kind=Stack) as stack:
+        stack.push()
+        yield stack
 
 
 def openai_error(r: httpx.Response) -> dict[str, Any]:

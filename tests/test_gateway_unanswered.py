@@ -8,37 +8,21 @@ import json
 import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import yaml
+from gateway_stack import MODEL, GatewayStack, gateway_stack
 from helpers import stored_outcome
 
-from slaguard.emulator.app import create_emulator_app
-from slaguard.fleet import build_fleet
-from slaguard.service.app import create_app
-from slaguard.service.bootstrap import Service, build_service
-from slaguard.service.config import load_config
-from slaguard.service.local import ServerThread
-
 CARDS = ("h100", "l40s")
-MODEL = "llama3.1-8b"
 FIRST_BYTE_TIMEOUT_S = 2.0
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 
 
-@dataclass
-class Gateway:
-    service: Service
-    client: httpx.Client
-    emulators: list[str]
-
-    def fault(self, path: str, body: dict[str, Any] | None = None) -> None:
-        for url in self.emulators:
-            assert self.client.post(f"{url}/admin/{path}", json=body or {}).status_code == 200
+class Gateway(GatewayStack):
+    def fault_all(self, path: str, body: dict[str, Any] | None = None) -> None:
+        for target in self.emulators:
+            self.fault(target, path, body)
 
     def stored(self, decision_id: str) -> Any:
         return stored_outcome(self.service.engine, decision_id)
@@ -49,41 +33,22 @@ class Gateway:
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    tmp: Path = tmp_path_factory.mktemp("gateway-errors")
-    emulators = []
-    for card in CARDS:
-        target = build_fleet({"targets": [{"id": card, "model": MODEL, "card": card}]})
-        emulators.append(ServerThread(create_emulator_app(target.targets[0], speedup=4.0)).start())
-    fleet = {
-        "targets": [
-            {"id": f"{c}-8b", "model": MODEL, "card": c, "url": e.url}
-            for c, e in zip(CARDS, emulators, strict=True)
-        ]
-    }
-    (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet))
-    cfg = load_config(None, {
-        "fleet": tmp / "fleet.yaml", "db": str(tmp / "audit.db"),
-        "telemetry": {"scrape": False}, "notify_file": tmp / "incidents.jsonl",
+    tmp = tmp_path_factory.mktemp("gateway-errors")
+    config = {
+        "telemetry": {"scrape": False},
         "gateway": {"first_byte_timeout_s": FIRST_BYTE_TIMEOUT_S},
-    })  # fmt: skip
-    service = build_service(cfg)
-    app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
-    try:
-        with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=30) as c:
-            yield Gateway(service, c, [e.url for e in emulators])
-    finally:
-        service.close()
-        for e in emulators:
-            e.stop()
+    }
+    with gateway_stack(tmp, {f"{c}-8b": c for c in CARDS}, config, kind=Gateway) as gateway:
+        yield gateway
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_every_candidate_failing_names_its_decision(gateway: Gateway, stream: bool) -> None:
-    gateway.fault("fail", {"mode": "refuse"})
+    gateway.fault_all("fail", {"mode": "refuse"})
     try:
         r = gateway.client.post("/v1/chat/completions", json={**CHAT, "stream": stream})
     finally:
-        gateway.fault("recover")
+        gateway.fault_all("recover")
     assert r.status_code == 502
     assert gateway.stored_status(r.headers["x-slaguard-decision-id"]) == "failed"
 
@@ -115,7 +80,7 @@ def test_a_client_leaving_a_stream_before_its_first_byte_is_recorded_when_it_lea
         "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         f"X-Request-Id: leaves-early\r\nContent-Length: {len(body)}\r\n\r\n"
     )
-    gateway.fault("slowdown", {"factor": 1000})  # no first token for seconds
+    gateway.fault_all("slowdown", {"factor": 1000})  # no first token for seconds
     try:
         host, port = gateway.client.base_url.host, gateway.client.base_url.port
         with socket.create_connection((host, port or 80)) as conn:
@@ -126,7 +91,7 @@ def test_a_client_leaving_a_stream_before_its_first_byte_is_recorded_when_it_lea
             assert "leaves-early" in rt.pending
         found = gateway.stored("leaves-early")
     finally:
-        gateway.fault("recover")
+        gateway.fault_all("recover")
     assert found.outcome["status"] == "failed"
     assert found.outcome["e2e_s"] < FIRST_BYTE_TIMEOUT_S
     assert rt.gateway_metrics.retries._value.get() == retries
@@ -154,7 +119,7 @@ def test_a_retried_stream_feeds_the_guard_the_answering_targets_own_ttft(
 
     monkeypatch.setattr(rt.modes, "on_first_token", hear_first)
     monkeypatch.setattr(rt.modes, "on_outcome", hear_outcome)
-    stalled = gateway.emulators[0]
+    stalled = gateway.emulators[f"{CARDS[0]}-8b"]
     assert gateway.client.post(f"{stalled}/admin/slowdown", json={"factor": 1000}).is_success
     try:
         for n in range(6):  # until the router picks the stalled target first

@@ -110,14 +110,17 @@ def test_changes_say_what_happened_once_and_are_idempotent(audit_engine: Engine)
     assert "(0 rows)" in " ".join(old.split())  # the title wraps at 80 columns
 
 
-def test_trip_then_status_incidents_and_a_resume_that_resolves(audit_engine: Engine) -> None:
-    now = time.time()
-    store = GuardStore(audit_engine)
+def trip_the_rollout(engine: Engine, now: float) -> None:
+    """A rollout started 30 s ago that the guard tripped 15 s ago, stored with its incident."""
+    store = GuardStore(engine)
     start_rollout(store, at_s=now - 30)
     guard = tripping_guard(store.load(now - 20))
-    EventPersister(store, IncidentStore(audit_engine)).persist(
-        guard, trip(guard, now - 15), now - 10
-    )
+    EventPersister(store, IncidentStore(engine)).persist(guard, trip(guard, now - 15), now - 10)
+
+
+def test_trip_then_status_incidents_and_a_resume_that_resolves(audit_engine: Engine) -> None:
+    now = time.time()
+    trip_the_rollout(audit_engine, now)
     insert_arm_rows(audit_engine, now - 60)  # learned 24/60 missed, round-robin 2/60
     db = ["--db", url_of(audit_engine)]
     text = ok("status", *db)
@@ -172,12 +175,7 @@ def test_a_rollback_on_a_tripped_fleet_takes_it_over_from_the_guard(
     """`rollback` after a trip said "nothing to roll back": with `breaker.auto_return`
     the guard then returned the fleet to the rollout, undoing the on-call's decision."""
     now = time.time()
-    store = GuardStore(audit_engine)
-    start_rollout(store, at_s=now - 30)
-    guard = tripping_guard(store.load(now - 20))
-    EventPersister(store, IncidentStore(audit_engine)).persist(
-        guard, trip(guard, now - 15), now - 10
-    )
+    trip_the_rollout(audit_engine, now)
     said = change(audit_engine, "rollback", "--reason", "keep it", "--actor", "ana")
     assert said == (
         "fleet stays on round_robin by ana (keep it): taken over from the guard's trip, so no "
