@@ -17,6 +17,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from slaguard.fleet import load_fleet
+from slaguard.service.gateway_metrics import GatewayMetrics
 from slaguard.telemetry import SlaguardMetrics, fleet_target_labels
 from slaguard.telemetry.promql import referenced_series
 
@@ -115,7 +116,9 @@ def test_recording_rules_are_named_level_metric_operation() -> None:
 
 
 def test_rules_read_only_series_slaguard_exposes_or_records() -> None:
-    metrics = SlaguardMetrics(CollectorRegistry(), targets=fleet_target_labels(load_fleet()))
+    fleet = load_fleet()
+    metrics = SlaguardMetrics(CollectorRegistry(), targets=fleet_target_labels(fleet))
+    GatewayMetrics(metrics.registry, (t.id for t in fleet))  # the service adds them
     exposed = {s.name for fam in metrics.registry.collect() for s in fam.samples}
     recorded = {r["record"] for r in rules() if "record" in r}
     for rule in rules():

@@ -14,6 +14,8 @@ import pytest
 from gateway_stack import MODEL, SCRAPED, GatewayStack, gateway_stack
 from helpers import stored_outcome, wait_for
 
+from slaguard.service.upstream import AttemptFailures
+
 CARDS = ("h100", "l40s")
 FIRST_BYTE_TIMEOUT_S = 1.0
 
@@ -47,7 +49,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield stack
 
 
-def test_a_stalled_target_is_learned_as_failed_and_heard_as_slow(stack: Stack) -> None:
+def test_a_stalled_target_is_learned_as_failed_and_heard_as_slow(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
     rt = stack.rt
     probe = stack.chat("probe")
     assert probe.status_code == 200, probe.text
@@ -76,6 +80,11 @@ def test_a_stalled_target_is_learned_as_failed_and_heard_as_slow(stack: Stack) -
     wait_for("the stall in the detector", lambda: hist.count(chosen) > heard)
     assert hist.count(chosen) == heard + 1
     assert hist.quantile(chosen, 1.0) >= FIRST_BYTE_TIMEOUT_S * 0.9  # a bucket's lower edge
+    warned = [m for m in caplog.messages if m.startswith(f"gateway: target {chosen} failed")]
+    assert warned == [
+        f"gateway: target {chosen} failed before the first byte (TimeoutError); retried on "
+        "the next-best target"
+    ]
     outcome = stored_outcome(rt.engine, r.headers["x-slaguard-decision-id"]).outcome
     assert outcome["status"] == "ok" and outcome["ttft_s"] > FIRST_BYTE_TIMEOUT_S
 
@@ -106,3 +115,22 @@ def test_a_refusing_target_gives_no_ttft_and_every_failed_target_is_counted(
     evaluations = replica.stats.evaluations
     wait_for("two more evaluations", lambda: replica.stats.evaluations >= evaluations + 2)
     assert {c: hist.count(c) for c in CARDS} == heard
+
+
+def test_attempt_failures_are_warned_once_a_minute_per_target_with_their_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Nothing in the log said which backend failed or why: the retry hid it."""
+    warnings = AttemptFailures()
+    for at_s in (0.0, 10.0, 20.0):
+        warnings.failed("h100", "HTTP 503", True, at_s)
+    warnings.failed("l40s", "TimeoutError", False, 30.0)
+    warnings.failed("h100", "HTTP 502", True, 61.0)
+    assert caplog.messages == [
+        "gateway: target h100 failed before the first byte (HTTP 503); retried on the "
+        "next-best target",
+        "gateway: target l40s failed before the first byte (TimeoutError); no target left "
+        "to retry on",
+        "gateway: target h100 failed before the first byte (HTTP 502); retried on the "
+        "next-best target; 3 failures of it since the last such line",
+    ]

@@ -35,7 +35,8 @@ class Gateway(GatewayStack):
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     tmp = tmp_path_factory.mktemp("gateway-errors")
     config = {
-        "telemetry": {"scrape": False},
+        # unscraped (the tests set health themselves), and fresh for the module's run
+        "telemetry": {"scrape": False, "stale_after_s": 300},
         "gateway": {"first_byte_timeout_s": FIRST_BYTE_TIMEOUT_S},
     }
     with gateway_stack(tmp, {f"{c}-8b": c for c in CARDS}, config, kind=Gateway) as gateway:

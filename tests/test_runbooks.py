@@ -12,6 +12,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from slaguard.fleet import load_fleet
+from slaguard.service.gateway_metrics import GatewayMetrics
 from slaguard.telemetry import SlaguardMetrics, fleet_target_labels
 from slaguard.telemetry.promql import check_promql, referenced_series
 
@@ -92,7 +93,9 @@ def test_runbooks_mitigate_with_the_slaguard_cli_where_routing_can_help() -> Non
 
 
 def test_runbook_promql_reads_only_series_slaguard_exposes_or_records() -> None:
-    metrics = SlaguardMetrics(CollectorRegistry(), targets=fleet_target_labels(load_fleet()))
+    fleet = load_fleet()
+    metrics = SlaguardMetrics(CollectorRegistry(), targets=fleet_target_labels(fleet))
+    GatewayMetrics(metrics.registry, (t.id for t in fleet))  # the service adds them
     exposed = {s.name for fam in metrics.registry.collect() for s in fam.samples}
     recorded: set[str] = set()
     for path in (ROOT / "alerts").glob("slaguard-*.yml"):

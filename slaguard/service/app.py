@@ -35,7 +35,7 @@ from slaguard.service.request_checks import FieldError
 from slaguard.service.runtime import ServiceRuntime
 from slaguard.service.shutdown_log import quiet_shutdown_cancellations
 from slaguard.service.telemetry_scraper import MetricsScraper
-from slaguard.service.upstream import BackendAccess
+from slaguard.service.upstream import AttemptFailures, BackendAccess
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,7 @@ def create_app(
     app.state.runtime = runtime
     app.state.admin_token = admin_token
     app.state.backend_access = access = BackendAccess(backend_key)
+    app.state.attempt_failures = AttemptFailures()
     for router in (*hot, *plain):
         app.include_router(router)
 

@@ -280,10 +280,12 @@ async def _open_upstream(
             # a stream's first byte is its first token: a stall is a TTFT of at least that
             rt.attempt_failed(entry, waited_s if stream and isinstance(exc, TimeoutError) else None)
             why = str(exc) or type(exc).__name__
+            retried = attempt + 1 < len(order)
+            request.app.state.attempt_failures.failed(target.id, why, retried, began + waited_s)
             failures.append(f"{target.id}: {why}")
             routed.decision.explanation.notes.append(
                 f"gateway: {target.id} failed before the first byte ({why})"
-                + ("; retried on the next-best target" if attempt + 1 < len(order) else "")
+                + ("; retried on the next-best target" if retried else "")
             )
     rt.record_decision(routed, 0.0)
     rt.finish(entry, "failed", ttft_s=None, tpot_s=None, e2e_s=None)

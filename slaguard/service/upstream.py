@@ -84,6 +84,32 @@ class BackendAccess:
         )
 
 
+class AttemptFailures:
+    """The warning for attempts that failed before the first byte, at most once a minute
+    per target with the count since its last one: the retry hid them from the client, the
+    audit note and the counter say which request and how many, but nothing in the log
+    said which backend or why."""
+
+    def __init__(self) -> None:
+        self._warned_s: dict[str, float] = {}
+        self._since: dict[str, int] = {}
+
+    def failed(self, target_id: str, why: str, retried: bool, now_s: float) -> None:
+        self._since[target_id] = self._since.get(target_id, 0) + 1
+        last = self._warned_s.get(target_id)
+        if last is not None and now_s - last < WARN_EVERY_S:
+            return
+        count = self._since.pop(target_id)
+        self._warned_s[target_id] = now_s
+        log.warning(
+            "gateway: target %s failed before the first byte (%s); %s%s",
+            target_id,
+            why,
+            "retried on the next-best target" if retried else "no target left to retry on",
+            "" if last is None else f"; {count} failures of it since the last such line",
+        )
+
+
 async def first_byte(
     client: aiohttp.ClientSession, target: Target, path: str, raw: bytes, access: BackendAccess
 ) -> Upstream:
