@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from slaguard.cli.main import app
 from slaguard.dashboards import BUILDERS, PanelQuery, panel_queries, render_all
 from slaguard.fleet import load_fleet
+from slaguard.service.gateway_metrics import GatewayMetrics
 from slaguard.telemetry import SlaguardMetrics, fleet_target_labels
 from slaguard.telemetry.promql import check_promql, referenced_series
 
@@ -193,7 +194,9 @@ def test_panel_queries_substitute_every_variable(queries: list[PanelQuery]) -> N
 
 
 def test_panels_read_only_series_slaguard_exposes(queries: list[PanelQuery]) -> None:
-    metrics = SlaguardMetrics(CollectorRegistry(), targets=fleet_target_labels(load_fleet()))
+    fleet = load_fleet()
+    metrics = SlaguardMetrics(CollectorRegistry(), targets=fleet_target_labels(fleet))
+    GatewayMetrics(metrics.registry, (t.id for t in fleet))  # the service adds them
     exposed = {s.name for fam in metrics.registry.collect() for s in fam.samples}
     used: set[str] = set()
     for q in queries:

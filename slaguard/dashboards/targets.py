@@ -6,6 +6,7 @@ from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.models import units
 
 from slaguard.dashboards.panels import (
+    SEL,
     TARGET_SEL,
     TOKENS_PER_SECOND,
     dashboard,
@@ -118,11 +119,43 @@ def build() -> db.Dashboard:
             span=16,
         ),
     ]
+    # The gateway's counters carry no card_type: $card_type does not filter them.
+    gateway_sel = f'{SEL}, target=~"$target"'
+    gateway = [
+        ts(
+            "Backend failures/s per target",
+            "Gateway attempts that failed, by the target that failed and when: before the "
+            "first byte (retried once on the next-best target) or after it (the stream is "
+            "cut). Only requests slaguard's gateway proxies; not filtered by card type.",
+            units.RequestsPerSecond,
+            [
+                (
+                    rate("slaguard_gateway_upstream_failures_total", "target, stage", gateway_sel),
+                    "{{target}} {{stage}}",
+                )
+            ],
+        ),
+        ts(
+            "Gateway retries and client errors/s",
+            "Requests re-sent to the next-best target, and requests a backend refused as the "
+            "client's mistake (a 4xx such as 400: relayed, judged by no SLA).",
+            units.RequestsPerSecond,
+            [
+                (rate("slaguard_gateway_retries_total", ""), "retries"),
+                (rate("slaguard_gateway_client_errors_total", ""), "client errors"),
+            ],
+        ),
+    ]
     return dashboard(
         UID,
         "slaguard / Targets",
         "Per target and card type: TTFT p99, jitter Z-score, queue depth, KV use, "
-        "demotions and spills.",
-        [("Latency", latency), ("Load and memory", load), ("Demotions", demotions)],
+        "demotions and spills; the gateway's backend failures, retries and client errors.",
+        [
+            ("Latency", latency),
+            ("Load and memory", load),
+            ("Demotions", demotions),
+            ("Gateway", gateway),
+        ],
         per_target=True,
     )
