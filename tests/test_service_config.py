@@ -287,7 +287,7 @@ def test_the_database_named_at_start_hides_its_password_and_is_absolute(
          "it, or use one of breaker, cold_start, hot_spot, rollout_compare, ttft_zscore "
          "(docs/guard.md); did you mean $SLAGUARD_SERVE_GUARD__BREAKER?"),
         ("SLAGUARD_SERVE_PROT", "prot: unknown setting; fix: unset it, or use one of "
-         "alertmanager, db, fleet, gateway, guard, host, log_level, loops, "
+         "alertmanager, db, fleet, gateway, guard, host, log_format, log_level, loops, "
          "max_pending_decisions, migrate, notify_file, port, rollout, spill_dir, telemetry "
          "(examples/serve.yaml); did you mean $SLAGUARD_SERVE_PORT?"),
         ("SLAGUARD_SERVE_ADMIN_TOKEN", "admin_token: unknown setting; fix: unset it; the admin "

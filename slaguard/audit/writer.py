@@ -225,6 +225,7 @@ class AuditWriter:
             self._journal.live_from, s.batch_size, s.flush_interval_s, s.copy_min_rows,
             s.retry_initial_s, s.retry_max_s, s.process_nice, s.statement_timeout_s,
             None if (watch := SqliteFileWatch.of(self.engine)) is None else watch.identity,
+            s.log_json,
         )  # fmt: skip
         env = dict(os.environ)
         root = str(Path(slaguard.__file__).resolve().parents[1])

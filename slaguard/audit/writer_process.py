@@ -34,6 +34,7 @@ from slaguard.audit.lines import FLEET_TAG, FleetLabels
 from slaguard.audit.lines_decode import decode_lines
 from slaguard.audit.sink import is_unreachable, write_batch
 from slaguard.audit.spill import QUARANTINE_FILE, read_journal, segment_files
+from slaguard.logjson import log_json_to_stderr
 
 log = logging.getLogger(__name__)
 CONTROL_FD = 0
@@ -57,6 +58,8 @@ class ChildConfig(msgspec.Struct):
     sqlite_identity: tuple[int, int] | None
     """The SQLite file's (device, inode) when the parent started us: a file deleted or
     replaced before we connect is noticed too."""
+    log_json: bool
+    """Log JSON lines (`WriterSettings.log_json`) rather than text."""
 
 
 class BatchDone(msgspec.Struct, tag="batch"):
@@ -231,10 +234,13 @@ def main() -> None:
     os.nice(cfg.nice)
     reports = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # stray prints must not corrupt the report stream
-    logging.basicConfig(
-        level=logging.WARNING,
-        format=f"%(asctime)s %(levelname)s audit-writer-process[{os.getpid()}] %(message)s",
-    )
+    process = f"audit-writer-process[{os.getpid()}]"
+    if cfg.log_json:
+        log_json_to_stderr(logging.WARNING, {"process": process})
+    else:
+        logging.basicConfig(
+            level=logging.WARNING, format=f"%(asctime)s %(levelname)s {process} %(message)s"
+        )
     # A broken report pipe means the parent is gone: what we did not report is still in
     # its journal and replays (idempotently) on the next start.
     with contextlib.suppress(BrokenPipeError):

@@ -39,6 +39,9 @@ class WriterSettings:
     statement_timeout_s: float = 15.0
     """A PostgreSQL batch waiting longer (a table lock, a stuck server) fails and is
     retried, so the wait shows in `write_errors` and the log instead of hanging."""
+    log_json: bool = False
+    """The writer process logs JSON lines, as `slaguard serve` does with `log_format: json`:
+    it shares the service's stderr."""
 
 
 @dataclass(frozen=True, slots=True)

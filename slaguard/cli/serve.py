@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import typer
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 
 from slaguard.audit.engine import (
     DatabaseUrlError,
@@ -23,6 +25,7 @@ from slaguard.cli.errors import fail
 from slaguard.cli.listen import SERVER_SETTINGS, check_can_listen
 from slaguard.cli.paths import path_option
 from slaguard.fleet import FleetError
+from slaguard.logjson import log_json_to_stderr
 from slaguard.notify.factory import NotifyConfigError
 from slaguard.service.app import create_app
 from slaguard.service.bootstrap import build_service
@@ -105,6 +108,19 @@ def _on_spill_path(filename: object, directory: Path) -> bool:
     return name == spill or spill in name.parents or name in spill.parents
 
 
+def _configure_logging(cfg: ServiceConfig) -> dict[str, Any] | None:
+    """Set the log format; returns the `log_config` for uvicorn. Text keeps uvicorn's own
+    handlers (`INFO:     Started server process`); JSON hands uvicorn none (`None`: it
+    leaves logging as it is), so its loggers propagate to the root's JSON handler."""
+    level = cfg.log_level.upper()
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    if cfg.log_format == "json":
+        log_json_to_stderr(level)
+        return None
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return LOGGING_CONFIG
+
+
 def serve(
     config_file: Path | None = path_option(
         None, "--config", help="YAML config (see examples/serve.yaml); env SLAGUARD_SERVE_*."
@@ -132,10 +148,7 @@ def serve(
         )
         # Before the build, so the writer's replay of a left journal and a failed
         # migration are logged like the rest; Alembic's own INFO lines stay out of it.
-        logging.basicConfig(
-            level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
-        logging.getLogger("alembic").setLevel(logging.WARNING)
+        uvicorn_logging = _configure_logging(cfg)
         spill = cfg.spill_dir or default_spill_dir(resolve_db_url(cfg.db))
         spill_source = _spill_source(config_file, cfg.spill_dir, spill)
         check_spill_dir(spill, spill_source)
@@ -176,6 +189,7 @@ def serve(
             host=cfg.host,
             port=cfg.port,
             log_level=cfg.log_level,
+            log_config=uvicorn_logging,
             **SERVER_SETTINGS,
         )
     finally:

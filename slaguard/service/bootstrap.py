@@ -45,6 +45,7 @@ from slaguard.audit.models import utc_from_unix
 from slaguard.audit.records import WeightVersionRecord
 from slaguard.audit.store import record_weight_version, weights_at
 from slaguard.audit.writer import AuditWriter
+from slaguard.audit.writer_settings import WriterSettings
 from slaguard.fleet import load_fleet
 from slaguard.guard.leader import default_replica_id, lease_for
 from slaguard.guard.runtime import GuardReplica
@@ -155,6 +156,7 @@ def build_service(
     writer = AuditWriter(  # first: a spill journal in use is a one-line refusal, said alone
         engine,
         config.spill_dir or default_spill_dir(engine.url),
+        WriterSettings(log_json=config.log_format == "json"),
         on_rows_written=metrics.count_audit_rows,
         on_write_error=lambda _detail: metrics.count_audit_write_error(),
         on_records_lost=metrics.count_audit_unreadable,

@@ -88,6 +88,9 @@ class ServiceConfig(BaseSettings):
         default=None, description="incident messages as JSON lines here (else $SLAGUARD_*)"
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="json: one JSON object a line on stderr (Loki, Elasticsearch)"
+    )
 
     _file_values: ClassVar[dict[str, Any]] = {}
     """The config file as `load_user_yaml` read it (YAML 1.2 booleans, duplicate keys
