@@ -20,6 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from slaguard.audit.isotime import iso_utc
+from slaguard.audit.writer import open_writer
 from slaguard.cli.main import app
 from slaguard.logjson import JsonLineFormatter
 from slaguard.service.local import free_port
@@ -158,3 +159,24 @@ def test_a_log_format_typo_is_one_line_naming_the_field_and_the_choices(
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert result.stderr.startswith("error: " + line.replace("{config}", str(config)))
     assert not (tmp_path / "a.db").exists()
+
+
+def test_a_refusal_after_the_log_format_is_set_is_a_json_line_too(tmp_path: Path) -> None:
+    """A second replica on the same spill journal is refused after logging started: in
+    json mode its one line was plain `error: ...` text among the JSON lines."""
+    spill = tmp_path / "audit.db.spill"
+    with open_writer(f"sqlite:///{tmp_path / 'audit.db'}", spill_dir=spill, migrate=True):
+        result = subprocess.run(
+            [sys.executable, "-m", "slaguard", "serve", "--db", "audit.db",
+             "--port", str(free_port())],
+            cwd=tmp_path, env={**os.environ, "SLAGUARD_SERVE_LOG_FORMAT": "json"},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    records = [json.loads(line) for line in result.stderr.splitlines()]
+    refusal = records[-1]
+    assert refusal["level"] == "ERROR" and refusal["logger"] == "slaguard.cli.serve", records
+    assert (
+        refusal["message"].startswith("audit spill journal: ") and "spill_dir" in refusal["message"]
+    )
+    assert "Traceback" not in result.stderr

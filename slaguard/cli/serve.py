@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 import uvicorn
@@ -21,7 +21,7 @@ from slaguard.audit.migrate import SchemaNotCurrentError
 from slaguard.audit.spill import SpillInUseError
 from slaguard.audit.writer_settings import WriterStartError
 from slaguard.cli.dbopen import check_sqlite_directory, check_sqlite_file
-from slaguard.cli.errors import fail
+from slaguard.cli.errors import USER_ERROR_EXIT, fail
 from slaguard.cli.listen import SERVER_SETTINGS, check_can_listen
 from slaguard.cli.paths import path_option
 from slaguard.fleet import FleetError
@@ -121,6 +121,15 @@ def _configure_logging(cfg: ServiceConfig) -> dict[str, Any] | None:
     return LOGGING_CONFIG
 
 
+def _refuse(message: str, *, as_json: bool) -> NoReturn:
+    """`fail`, or once JSON logging is set, the same text as one ERROR record (exit 2): a
+    plain line among the JSON ones is one a log shipper cannot parse."""
+    if as_json:
+        logging.getLogger(__name__).error("%s", message)
+        raise typer.Exit(USER_ERROR_EXIT)
+    fail(message)
+
+
 def serve(
     config_file: Path | None = path_option(
         None, "--config", help="YAML config (see examples/serve.yaml); env SLAGUARD_SERVE_*."
@@ -133,6 +142,7 @@ def serve(
     """Serve the routing API and the OpenAI-compatible gateway."""
     spill: Path | None = None
     spill_source = "spill_dir"
+    as_json = False  # until the log format is set: a mistake before is a plain line
     try:
         cfg = load_config(config_file, {"fleet": fleet_file, "db": db, "host": host, "port": port})
         db_source = _db_source(db, config_file, cfg.db)
@@ -146,12 +156,13 @@ def serve(
             port_fix=_listen_source("port", port, config_file, cfg),
             host_fix=_listen_source("host", host, config_file, cfg),
         )
-        # Before the build, so the writer's replay of a left journal and a failed
-        # migration are logged like the rest; Alembic's own INFO lines stay out of it.
-        uvicorn_logging = _configure_logging(cfg)
         spill = cfg.spill_dir or default_spill_dir(resolve_db_url(cfg.db))
         spill_source = _spill_source(config_file, cfg.spill_dir, spill)
         check_spill_dir(spill, spill_source)
+        # Before the build, so the writer's replay of a left journal and a failed
+        # migration are logged like the rest; Alembic's own INFO lines stay out of it.
+        uvicorn_logging = _configure_logging(cfg)
+        as_json = cfg.log_format == "json"
         service = build_service(cfg)
     except (
         ServiceConfigError,
@@ -160,18 +171,22 @@ def serve(
         NotifyConfigError,
         SchemaNotCurrentError,
     ) as exc:
-        fail(str(exc))
+        _refuse(str(exc), as_json=as_json)
     except WriterStartError as exc:
-        fail(str(exc))
+        _refuse(str(exc), as_json=as_json)
     except SpillInUseError as exc:
-        fail(
+        _refuse(
             f"audit spill journal: {exc}; fix: give each replica its own spill_dir "
-            "(config field, or SLAGUARD_SERVE_SPILL_DIR)"
+            "(config field, or SLAGUARD_SERVE_SPILL_DIR)",
+            as_json=as_json,
         )
     except OSError as exc:  # what the check cannot foresee (`/proc/x`: ENOENT on mkdir)
         if spill is None or not _on_spill_path(exc.filename, spill):
             raise
-        fail(_spill_refusal(spill_source, f"cannot create {exc.filename}: {exc.strerror}"))
+        _refuse(
+            _spill_refusal(spill_source, f"cannot create {exc.filename}: {exc.strerror}"),
+            as_json=as_json,
+        )
     if token is None:
         logging.getLogger("slaguard").warning(
             "no $SLAGUARD_ADMIN_TOKEN: /v1/mode and /v1/alertmanager are disabled"
