@@ -21,6 +21,7 @@ SLAGUARD_ALERTS = frozenset(
         "SlaguardAuditRecordsUnreadable",
         "SlaguardAuditSpillGrowing",
         "SlaguardAuditWriteErrors",
+        "SlaguardBackendFailing",
         "SlaguardColdStartDrift",
         "SlaguardDecisionLatencyHigh",
         "SlaguardDown",
