@@ -133,3 +133,22 @@ def test_a_filesystem_without_flock_is_one_line(
     with pytest.raises(RuntimeError, match=r"cannot lock .* \(No locks available\); fix: pass"):
         _claim(tmp_path / "demo")
     assert len(os.listdir("/proc/self/fd")) == opened
+
+
+def test_a_missing_trace_is_one_line_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the shared data the demo started its backends and serve, then ended in a
+    traceback from the load generator."""
+    monkeypatch.setenv("SLAGUARD_DATA_DIR", str(tmp_path / "data"))
+    work = tmp_path / "demo"
+    result = CliRunner().invoke(app, ["demo", "--workdir", str(work)])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(
+        f"error: the demo replays the Azure conversation trace, and "
+        f"{tmp_path / 'data' / 'azure-llm-2023' / 'AzureLLMInferenceTrace_conv.csv'} does not "
+        f"exist: $SLAGUARD_DATA_DIR is '{tmp_path / 'data'}'; fix: point SLAGUARD_DATA_DIR at "
+        "the shared data directory"
+    )
+    assert not work.exists()

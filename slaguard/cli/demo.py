@@ -25,6 +25,7 @@ from slaguard.fleet import Fleet, Priority, Request
 from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.explain import Decision
 from slaguard.scheduler.rollout import LEARNED, ROUND_ROBIN
+from slaguard.sim.paths import missing_default_trace
 
 SHAPES: tuple[tuple[int, int, Priority], ...] = (
     (400, 60, Priority.HIGH),
@@ -101,6 +102,9 @@ def demo(
 ) -> None:
     """Run the full demo (or, with --routing-only, explain sample routing decisions)."""
     if not routing_only:
+        problem = missing_default_trace()
+        if problem is not None:  # found after the whole stack had started: a traceback
+            fail(f"the demo replays the Azure conversation trace, and {problem}")
         workdir = workdir.absolute()  # every path printed is pasted elsewhere
         try:
             run_demo(workdir)

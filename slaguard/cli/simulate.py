@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 from enum import StrEnum
@@ -33,7 +32,7 @@ from slaguard.sim.engine import SimOptions, Simulation
 from slaguard.sim.faults import ARRIVAL_KINDS, FaultError, FaultSchedule, load_faults
 from slaguard.sim.guarded import GuardController, releases_from
 from slaguard.sim.observers import FixedPolicy, RolloutController, SimObserver
-from slaguard.sim.paths import AZURE_CONV_RELPATH, DATA_DIR_ENV, default_trace_path
+from slaguard.sim.paths import default_trace_path, missing_default_trace
 from slaguard.sim.report import build_report, print_summary
 from slaguard.sim.results import Results
 from slaguard.sim.trace import Trace, TraceError
@@ -103,16 +102,10 @@ def prepare(
 def _default_trace() -> Path:
     """The default trace, or one line naming what chose its path: `$SLAGUARD_DATA_DIR`
     when set (it said only "file not found; fix: pass an existing trace file")."""
-    path = default_trace_path()
-    if path.exists():
-        return path
-    where = os.environ.get(DATA_DIR_ENV)
-    chosen = f": ${DATA_DIR_ENV} is {where!r}" if where else ""
-    fail(
-        f"no --trace, and the default trace {path} does not exist{chosen}; fix: point "
-        f"{DATA_DIR_ENV} at the shared data directory (holding {AZURE_CONV_RELPATH}), or "
-        "pass --trace FILE"
-    )
+    problem = missing_default_trace()
+    if problem is None:
+        return default_trace_path()
+    fail(f"no --trace, and the default trace {problem}, or pass --trace FILE")
 
 
 def _warn(schedule: FaultSchedule, trace: Trace, rate_scale: float) -> None:

@@ -34,6 +34,20 @@ def default_trace_path() -> Path:
     return data_dir() / AZURE_CONV_RELPATH
 
 
+def missing_default_trace() -> str | None:
+    """None when the default trace is there, else why not, naming what chose its path
+    (`$SLAGUARD_DATA_DIR` when set) and the fix, for a command's one error line."""
+    path = default_trace_path()
+    if path.exists():
+        return None
+    where = os.environ.get(DATA_DIR_ENV)
+    chosen = f": ${DATA_DIR_ENV} is {where!r}" if where else ""
+    return (
+        f"{path} does not exist{chosen}; fix: point {DATA_DIR_ENV} at the shared data "
+        f"directory (holding {AZURE_CONV_RELPATH})"
+    )
+
+
 def mooncake_trace_path() -> Path:
     """The Mooncake conversation trace (with prefix-cache block ids)."""
     return data_dir() / MOONCAKE_CONV_RELPATH
