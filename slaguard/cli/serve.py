@@ -63,6 +63,29 @@ def _listen_source(field: str, flag: object, config_file: Path | None, cfg: Serv
     return f"the default; set --{field}, ${variable} or the config's {field}"
 
 
+def check_config_fleet(flag: Path | None, config_file: Path | None, cfg: ServiceConfig) -> None:
+    """A fleet file the config or `$SLAGUARD_SERVE_FLEET` names and that is not there,
+    refused naming that source. A relative path is read from the working directory, not
+    the config's: examples/serve.yaml run from elsewhere said only "examples/fleet.yaml:
+    file not found", naming nothing the user wrote. Other mistakes are the loader's."""
+    path = cfg.fleet
+    if flag is not None or path is None or path.exists():
+        return
+    if f"{ENV_PREFIX}FLEET" in {k.upper() for k in os.environ}:
+        source = f"${ENV_PREFIX}FLEET"
+    elif config_file is not None:
+        source = f"{config_file}: fleet"
+    else:
+        return
+    if path.is_absolute():
+        fail(f"{source}: {path}: file not found; fix: pass an existing fleet file")
+    fail(
+        f"{source}: {path}: file not found in the working directory {Path.cwd()}; fix: give "
+        "the fleet file's path from the working directory (not from the config's), or an "
+        "absolute one"
+    )
+
+
 def _spill_source(config_file: Path | None, configured: Path | None, path: Path) -> str:
     """Where the spill directory came from, to name it in a refusal."""
     if configured is None:
@@ -145,6 +168,7 @@ def serve(
     as_json = False  # until the log format is set: a mistake before is a plain line
     try:
         cfg = load_config(config_file, {"fleet": fleet_file, "db": db, "host": host, "port": port})
+        check_config_fleet(fleet_file, config_file, cfg)
         db_source = _db_source(db, config_file, cfg.db)
         check_sqlite_directory(resolve_db_url(cfg.db), db_source)
         check_sqlite_file(resolve_db_url(cfg.db), db_source)
