@@ -105,6 +105,25 @@ def test_unknown_keys_are_named_top_level_and_per_entry() -> None:
     assert schedule.notes[1].startswith("s.yaml:3: faults[0].end: not a field of a fail fault")
 
 
+def test_a_missing_field_names_the_misspelt_key_beside_it() -> None:
+    """`end:` for `end_s:` (the docs' own example typo) said only `end_s: Field required`:
+    the warning naming `end:` was never printed, the run having been refused first."""
+    with pytest.raises(FaultError) as caught:
+        parse_faults(
+            "faults:\n  - {kind: jitter, target: l40s, start_s: 1, end: 5, factr: 3}\n", "s.yaml"
+        )
+    assert str(caught.value) == (
+        "s.yaml:2: faults[0].end_s: Field required; fix: add the field (the key 'end' here is "
+        "probably a typo of it)"
+    )
+    with pytest.raises(FaultError) as caught:
+        parse_faults("faults:\n  - {kind: fail, target: x, start_s: 1, ends: 5}\n", "s.yaml")
+    assert str(caught.value).endswith("(the key 'ends' here is probably a typo of it)")
+    with pytest.raises(FaultError) as caught:  # nothing near it: the plain fix
+        parse_faults("faults:\n  - {kind: fail, target: x, start_s: 1, owner: sre}\n", "s.yaml")
+    assert str(caught.value).endswith("end_s: Field required; fix: add the field")
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -233,7 +233,27 @@ _FIXES = {
 }
 
 
-def _validation_error(source: str, root: yaml.Node | None, exc: ValidationError) -> FaultError:
+def _typo_beside(raw: dict[str, Any], loc: tuple[Any, ...]) -> str:
+    """For a missing field, the entry's unknown key that looks like it (`end:` for
+    `end_s:`): its warning is never printed, the file being refused first."""
+    entry: Any = raw
+    for part in loc[:-1]:
+        try:
+            entry = entry[part]
+        except (KeyError, IndexError, TypeError):
+            return ""
+    if not isinstance(entry, dict):
+        return ""
+    kind = entry.get("kind")
+    model = _KIND_MODELS.get(kind) if isinstance(kind, str) else None
+    unknown = [str(k) for k in entry if model is None or k not in model.model_fields]
+    near = difflib.get_close_matches(str(loc[-1]), unknown, n=1)
+    return f" (the key {near[0]!r} here is probably a typo of it)" if near else ""
+
+
+def _validation_error(
+    source: str, root: yaml.Node | None, exc: ValidationError, raw: dict[str, Any]
+) -> FaultError:
     err = exc.errors()[0]
     loc = tuple(p for p in err["loc"] if p not in KINDS)
     line = _node_line(root, loc)
@@ -242,6 +262,8 @@ def _validation_error(source: str, root: yaml.Node | None, exc: ValidationError)
     text = str(value).lower() if isinstance(value, bool) else repr(value)  # as YAML spells it
     shown = f" (got {text})" if not isinstance(value, dict | list) and value is not None else ""
     fix = _FIXES.get(err["type"], "correct the value")
+    if err["type"] == "missing":
+        fix += _typo_beside(raw, loc)
     message = str(err["msg"]).removeprefix("Value error, ")
     return FaultError(f"{where}: {_field(loc) or 'faults'}: {message}{shown}; fix: {fix}")
 
@@ -301,7 +323,7 @@ def parse_faults(text: str, source: str = "<faults>", fleet: Fleet | None = None
     try:
         scenario = FaultScenario.model_validate(raw)
     except ValidationError as exc:
-        raise _validation_error(source, root, exc) from None
+        raise _validation_error(source, root, exc, raw) from None
     schedule = FaultSchedule(tuple(scenario.faults), source, _unknown_keys(source, root, raw))
     if fleet is not None:
         check_against_fleet(schedule, fleet, root)
