@@ -253,3 +253,26 @@ def test_cli_rejects_bad_input_with_one_line_and_exit_2(tmp_path: Path) -> None:
     assert listed.exit_code == 0 and listed.output.count("\n") >= 50
     bad = runner.invoke(app, ["dashboards", "queries", "--var", "jobslaguard"])
     assert bad.exit_code == 2 and "error: --var:" in bad.output
+
+
+def test_check_from_outside_the_checkout_is_one_line_not_every_dashboard_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run elsewhere, `--check` called each committed dashboard stale and said to rebuild,
+    which would have written a new dashboards/ in that directory."""
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    result = runner.invoke(app, ["dashboards", "build", "--check"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"error: --out: dashboards is not a directory in {tmp_path}; fix: run from the "
+        "checkout, whose dashboards/ holds the committed copies, or pass --out DIR\n"
+    )
+    assert not (tmp_path / "dashboards").exists()
+    (tmp_path / "dashboards").mkdir()  # there, but a dashboard is not: missing, not stale
+    partly = runner.invoke(app, ["dashboards", "build", "--check"])
+    assert partly.exit_code == 1
+    assert partly.stdout.splitlines() == [
+        f"missing: dashboards/{name} (run: slaguard dashboards build --out dashboards)"
+        for name in render_all()
+    ]

@@ -17,7 +17,9 @@ app = typer.Typer(help="Grafana dashboards as code.", no_args_is_help=True)
 def build(
     out: Path = path_option(Path("dashboards"), "--out", help="Directory for the JSON files."),
     check: bool = typer.Option(
-        False, "--check", help="Write nothing; exit 1 if a file in --out differs from a build."
+        False,
+        "--check",
+        help="Write nothing; exit 1 if a file in --out differs from a build or is missing.",
     ),
 ) -> None:
     """Write every dashboard as `<uid>.json` into --out.
@@ -36,14 +38,20 @@ def build(
         for path in written:
             typer.echo(f"wrote {path}")
         return
-    stale = [
-        name
-        for name, text in render_all().items()
-        if not (out / name).is_file() or (out / name).read_text(encoding="utf-8") != text
-    ]
-    for name in stale:
-        typer.echo(f"stale: {out / name} (run: slaguard dashboards build --out {out})")
-    raise typer.Exit(1 if stale else 0)
+    if not out.is_dir():  # run outside the checkout: every dashboard was called stale
+        fail(
+            f"--out: {out} is not a directory in {Path.cwd()}; fix: run from the checkout, "
+            "whose dashboards/ holds the committed copies, or pass --out DIR"
+        )
+    differ = 0
+    for name, text in render_all().items():
+        path = out / name
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
+            continue
+        differ += 1
+        what = "stale" if path.exists() else "missing"
+        typer.echo(f"{what}: {path} (run: slaguard dashboards build --out {out})")
+    raise typer.Exit(1 if differ else 0)
 
 
 @app.command()
