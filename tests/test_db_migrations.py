@@ -160,6 +160,11 @@ def test_bare_paths_and_plain_postgres_urls_are_normalised() -> None:
     assert resolve_db_url("x/audit.db").render_as_string() == "sqlite:///x/audit.db"
     pg = resolve_db_url("postgresql://u@h:5432/d")
     assert pg.drivername == "postgresql+psycopg"
+    # libpq's and most DATABASE_URLs' spelling: it was "backend 'postgres' is not supported"
+    short = resolve_db_url("postgres://u:pw@h:5433/d?options=-csearch_path%3Dsg")
+    assert short.render_as_string(hide_password=False) == (
+        "postgresql+psycopg://u:pw@h:5433/d?options=-csearch_path%3Dsg"
+    )
 
 
 def test_db_cli_upgrade_then_current(tmp_path: Path) -> None:

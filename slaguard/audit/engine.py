@@ -64,6 +64,8 @@ def resolve_db_url(value: str | None, option: str = "--db") -> URL:
     text = value or default_db_url()
     if "://" not in text:
         text = f"sqlite:///{text}"
+    if text.startswith("postgres://"):  # libpq's short form; SQLAlchemy dropped the alias
+        text = "postgresql" + text.removeprefix("postgres")
     try:
         url = make_url(text)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number
