@@ -152,3 +152,18 @@ def test_a_missing_trace_is_one_line_before_anything_starts(
         "the shared data directory"
     )
     assert not work.exists()
+
+
+def test_a_fleet_for_the_full_demo_is_refused_not_ignored(tmp_path: Path) -> None:
+    """The full demo runs its own five backends; `--fleet` was silently dropped, and the
+    run that followed looked like one on the user's fleet."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("targets:\n  - {id: q, model: qwen2.5-32b, card: h100, tp: 2}\n")
+    work = tmp_path / "demo"
+    result = CliRunner().invoke(app, ["demo", "--fleet", str(fleet), "--workdir", str(work)])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (
+        "error: --fleet: only with --routing-only (the full demo runs its own five emulated "
+        "backends); fix: add --routing-only, or drop --fleet\n"
+    )
+    assert not work.exists()

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from slaguard.cli.errors import fail, print_error
-from slaguard.cli.fleet import FleetOption, load_or_fail
+from slaguard.cli.fleet import load_or_fail
 from slaguard.cli.paths import path_option
 from slaguard.emulator.demo import run_demo
 from slaguard.emulator.stack import Interrupted, LeftRunning
@@ -90,7 +90,9 @@ def _fail_left_running(exc: LeftRunning, workdir: Path) -> NoReturn:
 
 
 def demo(
-    fleet_file: Path | None = FleetOption,
+    fleet_file: Path | None = path_option(
+        None, "--fleet", help="Fleet YAML file for --routing-only (default: built-in fleet)."
+    ),
     routing_only: bool = typer.Option(
         False, "--routing-only", help="Only route and explain sample requests (no processes)."
     ),
@@ -102,6 +104,11 @@ def demo(
 ) -> None:
     """Run the full demo (or, with --routing-only, explain sample routing decisions)."""
     if not routing_only:
+        if fleet_file is not None:  # it was dropped without a word
+            fail(
+                "--fleet: only with --routing-only (the full demo runs its own five emulated "
+                "backends); fix: add --routing-only, or drop --fleet"
+            )
         problem = missing_default_trace()
         if problem is not None:  # found after the whole stack had started: a traceback
             fail(f"the demo replays the Azure conversation trace, and {problem}")
