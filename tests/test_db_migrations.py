@@ -216,7 +216,7 @@ def test_unsupported_drivers_are_refused_in_one_line() -> None:
     result = CliRunner().invoke(app, ["db", "current", "--db", "mysql://u@h/d"])
     assert result.exit_code == 2
     assert result.output == (
-        "error: --db: backend 'mysql' is not supported; use sqlite or postgresql+psycopg\n"
+        "error: --db: backend 'mysql' is not supported; fix: use a SQLite file path or postgresql+psycopg://user@host:5432/db\n"
     )
     result = CliRunner().invoke(app, ["db", "current", "--db", "postgresql+psycopg2://u@h/d"])
     assert result.exit_code == 2
@@ -246,7 +246,7 @@ def test_a_bad_slaguard_db_is_named_as_the_variable(
     monkeypatch.setenv("SLAGUARD_DB", "mysql://x/y")
     result = CliRunner().invoke(app, ["status"])
     assert result.exit_code == 2 and result.stderr == (
-        "error: $SLAGUARD_DB: backend 'mysql' is not supported; use sqlite or postgresql+psycopg\n"
+        "error: $SLAGUARD_DB: backend 'mysql' is not supported; fix: use a SQLite file path or postgresql+psycopg://user@host:5432/db\n"
     )
     missing = tmp_path / "absent.db"
     monkeypatch.setenv("SLAGUARD_DB", str(missing))

@@ -179,8 +179,8 @@ def test_emulate_refuses_a_taken_or_impossible_port_in_one_line() -> None:
 @pytest.mark.parametrize(
     ("args", "line"),
     [
-        (["--card", "h900"], "--card: unknown card type 'h900'; use one of ['a100', "),
-        (["--card", "l40s", "--model", "gpt"], "--model: unknown model 'gpt'; use one of ["),
+        (["--card", "h900"], "--card: unknown card type 'h900'; fix: use one of ['a100', "),
+        (["--card", "l40s", "--model", "gpt"], "--model: unknown model 'gpt'; fix: use one of ["),
         (
             ["--card", "l40s", "--model", "llama3.1-70b"],
             "--tp: model llama3.1-70b needs 143 GB for weights and buffers; 1 x l40s gives",

@@ -111,7 +111,7 @@ def test_a_bad_database_url_names_where_it_came_from(
     config = tmp_path / "serve.yaml"
     config.write_text("db: mysql://x/y\n")
     monkeypatch.delenv("SLAGUARD_DB", raising=False)
-    problem = "backend 'mysql' is not supported; use sqlite or postgresql+psycopg"
+    problem = "backend 'mysql' is not supported; fix: use a SQLite file path or postgresql+psycopg://user@host:5432/db"
     cases: list[tuple[str, Path | None, dict[str, object] | None, str]] = [
         ("", config, None, f"{config}: db"),
         ("", None, {"db": "mysql://x/y"}, "--db"),

@@ -76,8 +76,8 @@ def resolve_db_url(value: str | None, option: str = "--db") -> URL:
         ) from None
     if url.get_backend_name() not in {"sqlite", "postgresql"}:
         raise DatabaseUrlError(
-            f"{option}: backend {url.get_backend_name()!r} is not supported; use sqlite or "
-            "postgresql+psycopg"
+            f"{option}: backend {url.get_backend_name()!r} is not supported; fix: use a "
+            "SQLite file path or postgresql+psycopg://user@host:5432/db"
         )
     if url.get_backend_name() == "sqlite" and url.host:
         # `sqlite://audit.db` reads the file name as a host; SQLAlchemy refuses it later

@@ -131,7 +131,7 @@ def _policy_arm(arm: str) -> str:
     (`round-robin`), or one line."""
     stored = arm.replace("-", "_")
     if stored not in POLICY_ARMS:
-        fail(f"--policy: unknown arm {arm!r}; use one of {sorted(POLICY_ARMS)}")
+        fail(f"--policy: unknown arm {arm!r}; fix: use one of {sorted(POLICY_ARMS)}")
     return stored
 
 

@@ -65,7 +65,10 @@ def queries(
     for item in var:
         name, sep, value = item.partition("=")
         if not sep or name not in VARIABLES:
-            fail(f"--var: {item!r} is not NAME=VALUE with NAME in {sorted(VARIABLES)}")
+            fail(
+                f"--var: {item!r} is not NAME=VALUE; fix: give NAME=VALUE with NAME one of "
+                f"{sorted(VARIABLES)}"
+            )
         values[name] = value
     for q in panel_queries(values, annotations=True):
         typer.echo(f"{q.dashboard_uid}\t{q.panel_title}\t{q.expr}")

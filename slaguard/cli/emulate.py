@@ -41,9 +41,9 @@ def _target(card: str, model: str, tp: int) -> Target:
     field (`targets[0].card`) nor its fix (`add it under 'cards:'`)."""
     cards, models = builtin_cards(), builtin_models()
     if card not in cards:
-        fail(f"--card: unknown card type {card!r}; use one of {sorted(cards)}")
+        fail(f"--card: unknown card type {card!r}; fix: use one of {sorted(cards)}")
     if model not in models:
-        fail(f"--model: unknown model {model!r}; use one of {sorted(models)}")
+        fail(f"--model: unknown model {model!r}; fix: use one of {sorted(models)}")
     spec = {"id": f"{card}-{model}", "model": model, "card": card, "tp": tp}
     try:
         return build_fleet({"targets": [spec]}, _SOURCE).targets[0]
