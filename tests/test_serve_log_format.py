@@ -16,11 +16,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 from typer.testing import CliRunner
 
 from slaguard.audit.isotime import iso_utc
 from slaguard.audit.writer import open_writer
+from slaguard.audit.writer_process import ChildConfig
 from slaguard.cli.main import app
 from slaguard.logjson import JsonLineFormatter
 from slaguard.service.local import free_port
@@ -180,3 +182,60 @@ def test_a_refusal_after_the_log_format_is_set_is_a_json_line_too(tmp_path: Path
         refusal["message"].startswith("audit spill journal: ") and "spill_dir" in refusal["message"]
     )
     assert "Traceback" not in result.stderr
+
+
+def _json_records(stderr: str) -> list[dict[str, str]]:
+    """Every stderr line as a JSON object (a plain line fails the test, naming it)."""
+    records = []
+    for line in stderr.splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            pytest.fail(f"a plain line among the JSON ones: {line!r}\n{stderr}")
+    return records
+
+
+def test_a_crash_of_the_audit_writer_process_is_one_json_record(tmp_path: Path) -> None:
+    """Its traceback was Python's plain text, one line each, among the JSON lines (a stray
+    file in the spill directory crashed it so, at every restart)."""
+    config = ChildConfig(
+        "nosuchdb://x", str(tmp_path), 0, 0, 100, 0.05, 1000, 0.1, 1.0, 0, 15.0, None, True
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "slaguard.audit.writer_process"],
+        input=msgspec.json.encode(config) + b"\n",
+        capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1 and done.stdout == b"", done.stderr
+    records = _json_records(done.stderr.decode())
+    assert len(records) == 1, records
+    crash = records[0]
+    assert crash["level"] == "CRITICAL" and crash["logger"] == "slaguard", crash
+    assert crash["message"] == "uncaught exception; the process ends", crash
+    assert crash["process"].startswith("audit-writer-process[")
+    assert crash["exception"].startswith("Traceback (most recent call last):")
+    assert "DatabaseUrlError: --db: backend 'nosuchdb' is not supported" in crash["exception"]
+
+
+def test_an_exception_a_thread_leaves_uncaught_is_one_json_record() -> None:
+    code = (
+        "import threading\n"
+        "from slaguard.logjson import log_json_to_stderr\n"
+        "log_json_to_stderr('INFO')\n"
+        "def work():\n"
+        "    raise RuntimeError('scrape broke')\n"
+        "t = threading.Thread(target=work, name='scraper')\n"
+        "t.start()\n"
+        "t.join()\n"
+        "threading.Thread(target=lambda: exit(3)).start()\n"  # SystemExit: silent, as before
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    records = _json_records(done.stderr)
+    assert len(records) == 1, records
+    crash = records[0]
+    assert crash["level"] == "ERROR" and crash["logger"] == "slaguard", crash
+    assert crash["message"] == "uncaught exception in thread scraper", crash
+    assert crash["exception"].endswith("RuntimeError: scrape broke")
