@@ -92,3 +92,26 @@ def test_a_file_that_is_not_a_database_is_named_as_such(tmp_path: Path) -> None:
         "fix: check the path, or name a file that does not exist yet for a new database\n"
     )
     assert notes.read_text() == "not a database\n"
+
+
+@pytest.mark.parametrize(
+    ("db", "shown"),
+    [
+        (
+            "postgres://u@127.0.0.1:1/x?password=s3cret&sslmode=disable",  # nothing listens
+            "error: cannot reach database postgresql+psycopg://u@127.0.0.1:1/x?password=***"
+            "&sslmode=disable: ",
+        ),
+        (
+            "postgresql://u@127.0.0.1:port/x?sslpassword=s3cret",  # does not parse
+            "error: --db: cannot read 'postgresql://u@127.0.0.1:port/x?sslpassword=***' as a "
+            "database URL; ",
+        ),
+    ],
+)
+def test_a_password_given_as_a_url_option_is_masked(db: str, shown: str) -> None:
+    """libpq takes the password as `?password=` too: only the one before `@` was masked,
+    so an error line printed this one."""
+    result = CliRunner().invoke(app, ["status", "--db", db])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr.startswith(shown) and "s3cret" not in result.stderr, result.stderr

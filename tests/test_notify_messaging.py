@@ -61,6 +61,10 @@ RESUME = "slaguard resume --stage 10 --reason 'incident inc-300-1 reviewed'"
             "postgresql+psycopg://slaguard:s3cret@db.internal:5432/audit",
             f"{RESUME} --db postgresql+psycopg://slaguard@db.internal:5432/audit",
         ),
+        (  # libpq's password option: it went to Slack with the rest of the URL
+            "postgresql+psycopg://slaguard@db.internal/audit?password=s3cret&sslmode=require",
+            f"{RESUME} --db 'postgresql+psycopg://slaguard@db.internal/audit?sslmode=require'",
+        ),
         (
             "sqlite:////var/lib/slaguard/audit.db",
             f"{RESUME} --db sqlite:////var/lib/slaguard/audit.db",

@@ -260,7 +260,8 @@ def test_the_database_named_at_start_hides_its_password_and_is_absolute(
     monkeypatch.chdir(tmp_path)
     caplog.set_level(logging.INFO, logger="slaguard.service.bootstrap")
     secret = "postgresql+psycopg://slaguard:s3cret@127.0.0.1:1/audit"  # nothing listens
-    for db in ("relative.db", secret):
+    option = "postgres://slaguard@127.0.0.1:1/audit?password=s3cret&sslpassword=s3cret2"
+    for db in ("relative.db", secret, option):
         service = build_service(load_config(None, {"db": db, "spill_dir": tmp_path / db[:3]}))
         service.writer.settings = replace(service.writer.settings, drain_timeout_s=0.1)
         service.close()
@@ -268,6 +269,8 @@ def test_the_database_named_at_start_hides_its_password_and_is_absolute(
     assert said == [
         f"audit database sqlite:///{tmp_path / 'relative.db'}",
         "audit database postgresql+psycopg://slaguard:***@127.0.0.1:1/audit",
+        "audit database postgresql+psycopg://slaguard@127.0.0.1:1/audit?password=***"
+        "&sslpassword=***",
     ]
     assert "s3cret" not in caplog.text
 

@@ -69,7 +69,7 @@ def resolve_db_url(value: str | None, option: str = "--db") -> URL:
     try:
         url = make_url(text)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number
-        shown = _PASSWORD.sub(r"\1***@", text)
+        shown = _PASSWORD_OPTION.sub(r"\1***", _PASSWORD.sub(r"\1***@", text))
         raise DatabaseUrlError(
             f"{option}: cannot read {shown!r} as a database URL; fix: use "
             "postgresql+psycopg://user@host:5432/db or a SQLite file path"
@@ -99,10 +99,30 @@ def resolve_db_url(value: str | None, option: str = "--db") -> URL:
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 """The password of a URL that does not parse, to mask it in the error line."""
 
+PASSWORD_OPTIONS = ("password", "sslpassword")
+"""libpq's URL options that carry a secret (`?password=`): a password all the same."""
+
+_PASSWORD_OPTION = re.compile(rf"([?&](?:{'|'.join(PASSWORD_OPTIONS)})=)[^&#]*")
+
 
 def shown_url(url: URL | str) -> str:
-    """The URL with any password masked, for messages and logs."""
-    return make_url(url).render_as_string(hide_password=True)
+    """The URL with any password masked, for messages and logs: the one before `@` and
+    the one given as an option (`?password=`)."""
+    return _PASSWORD_OPTION.sub(r"\1***", make_url(url).render_as_string(hide_password=True))
+
+
+def without_password(url: URL) -> URL:
+    """The URL with no password at all, for a command an operator copies: libpq takes it
+    from `PGPASSWORD` or `~/.pgpass` (a masked `***` pasted is a wrong password)."""
+    bare = URL.create(  # `url.set(password=None)` would keep it
+        url.drivername, url.username, None, url.host, url.port, url.database, url.query
+    )
+    return bare.difference_update_query(PASSWORD_OPTIONS)
+
+
+def has_password(url: URL) -> bool:
+    """Whether the URL carries a password, before `@` or as an option."""
+    return url.password is not None or any(k in url.query for k in PASSWORD_OPTIONS)
 
 
 def operator_url(url: URL) -> str:

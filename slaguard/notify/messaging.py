@@ -18,9 +18,14 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import make_url
 
-from slaguard.audit.engine import DB_ENV_VAR, DEFAULT_SQLITE_FILE
+from slaguard.audit.engine import (
+    DB_ENV_VAR,
+    DEFAULT_SQLITE_FILE,
+    has_password,
+    without_password,
+)
 from slaguard.guard.events import IncidentEvent, IncidentState
 from slaguard.plaintext import visible
 from slaguard.scheduler.rollout import HELD_ROUND_ROBIN
@@ -117,8 +122,7 @@ def resume_command(event: IncidentEvent, guard_db_url: str | None = None) -> str
     reason = f"incident {event.incident_id} reviewed"
     command = f"slaguard resume --stage {event.resume_stage_pct} --reason {shlex.quote(reason)}"
     if guard_db_url is not None:
-        u = make_url(guard_db_url)
-        url = URL.create(u.drivername, u.username, None, u.host, u.port, u.database, u.query)
+        url = without_password(make_url(guard_db_url))
         command += f" --db {shlex.quote(url.render_as_string(hide_password=False))}"
     return command
 
@@ -128,7 +132,7 @@ _PASSWORD_FROM = " (the database password from `PGPASSWORD` or `~/.pgpass`)"
 
 def _resume_text(event: IncidentEvent, guard_db_url: str | None) -> str:
     where = _GIVE_THE_DB if guard_db_url is None else ""
-    if guard_db_url is not None and make_url(guard_db_url).password is not None:
+    if guard_db_url is not None and has_password(make_url(guard_db_url)):
         where = _PASSWORD_FROM
     command = _code(resume_command(event, guard_db_url))
     if event.mode_after == HELD_ROUND_ROBIN.label:
