@@ -185,3 +185,28 @@ def test_remove_if_unused_keeps_records_and_a_directory_another_writer_owns(
     assert [p.name for p in segments(kept)] == [f"{0:020d}{SEGMENT_SUFFIX}"]
     assert remove_if_unused(tmp_path / "absent") is False
     assert sorted(p.name for p in tmp_path.iterdir()) == ["held", "kept"]
+
+
+def test_a_file_named_like_a_segment_that_is_not_one_is_left_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`copy.journal` beside the segments was a ValueError: serve did not start (a
+    traceback), and the audit writer process, which found it later, crashed at every
+    restart, so nothing more reached the database."""
+    journal = SpillJournal(tmp_path, segment_bytes=100)
+    for line in lines(3):
+        journal.append(line)
+    journal.close()
+    (tmp_path / "copy.journal").write_bytes(b"line-99999\n")
+    (tmp_path / "empty.journal").write_bytes(b"")
+    assert read_journal(tmp_path, 0, 10, 0).lines == lines(3)
+    reopened = SpillJournal(tmp_path, segment_bytes=100)
+    assert reopened.recovered_records == 3 and reopened.end_lsn == 33
+    reopened.close()
+    assert (tmp_path / "copy.journal").read_bytes() == b"line-99999\n"
+    assert (tmp_path / "empty.journal").exists()
+    assert [r.getMessage() for r in caplog.records if r.name == "slaguard.audit.spill"] == [
+        f"spill directory {tmp_path}: {name} is not a journal segment (its name is not an "
+        "LSN); left alone, not replayed; fix: move it out of the spill directory"
+        for name in ("copy.journal", "empty.journal")
+    ]

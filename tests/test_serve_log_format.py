@@ -196,8 +196,7 @@ def _json_records(stderr: str) -> list[dict[str, str]]:
 
 
 def test_a_crash_of_the_audit_writer_process_is_one_json_record(tmp_path: Path) -> None:
-    """Its traceback was Python's plain text, one line each, among the JSON lines (a stray
-    file in the spill directory crashed it so, at every restart)."""
+    """Its traceback was Python's plain text, one line each, among the JSON lines."""
     config = ChildConfig(
         "nosuchdb://x", str(tmp_path), 0, 0, 100, 0.05, 1000, 0.1, 1.0, 0, 15.0, None, True
     )

@@ -103,12 +103,21 @@ class SpillJournal:
 
     def _scan(self) -> list[_Segment]:
         found: list[_Segment] = []
-        for path in self.directory.glob(f"*{SEGMENT_SUFFIX}"):
+        for path in sorted(self.directory.glob(f"*{SEGMENT_SUFFIX}")):
+            start = segment_start(path)
+            if start is None:
+                log.warning(
+                    "spill directory %s: %s is not a journal segment (its name is not an "
+                    "LSN); left alone, not replayed; fix: move it out of the spill directory",
+                    self.directory,
+                    path.name,
+                )
+                continue
             size = path.stat().st_size
             if size == 0:
                 path.unlink()
                 continue
-            found.append(_Segment(int(path.name.removesuffix(SEGMENT_SUFFIX)), path, size))
+            found.append(_Segment(start, path, size))
         found.sort(key=lambda s: s.start_lsn)
         return found
 
@@ -237,15 +246,26 @@ def remove_if_unused(directory: Path) -> bool:
     return True
 
 
+def segment_start(path: Path) -> int | None:
+    """The LSN a segment's name gives; None for another file named `*.journal` (a copy
+    an operator left there), which is not ours to replay or delete."""
+    stem = path.name.removesuffix(SEGMENT_SUFFIX)
+    return int(stem) if stem.isascii() and stem.isdigit() else None
+
+
 def segment_files(directory: Path) -> list[tuple[int, Path, int]]:
-    """(start LSN, path, size) of every segment, in LSN order; vanished files skipped."""
+    """(start LSN, path, size) of every segment, in LSN order; vanished files and files
+    that are not segments (`segment_start`) skipped."""
     found = []
     for path in directory.glob(f"*{SEGMENT_SUFFIX}"):
+        start = segment_start(path)
+        if start is None:
+            continue
         try:
             size = path.stat().st_size
         except FileNotFoundError:
             continue
-        found.append((int(path.name.removesuffix(SEGMENT_SUFFIX)), path, size))
+        found.append((start, path, size))
     found.sort()
     return found
 
