@@ -90,7 +90,7 @@ def resolve_db_url(value: str | None, option: str = "--db") -> URL:
         url = url.set(drivername="postgresql+psycopg")
     if url.drivername not in {"sqlite", "postgresql+psycopg"}:
         raise DatabaseUrlError(
-            f"{option}: driver {url.drivername!r} is not installed; use "
+            f"{option}: driver {url.drivername!r} is not installed; fix: use "
             "postgresql+psycopg://... or sqlite:///FILE"
         )
     return url

@@ -129,7 +129,7 @@ def resume(
         except ValueError:
             stage_pct = -1
         if not 0 < stage_pct <= 100:
-            fail(f"--stage: {stage!r} is not a percentage in 1..100; e.g. --stage 10")
+            fail(f"--stage: {stage!r} is not a percentage in 1..100; fix: e.g. --stage 10")
     who = _actor(actor)
     why = _reason(reason, "manual resume")
     engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
