@@ -22,7 +22,6 @@ from typer.testing import CliRunner
 from slaguard.audit.engine import operator_url, shown_url
 from slaguard.audit.models import Decision, ModeChange, Outcome
 from slaguard.cli.main import app
-from slaguard.cli.status import _column
 from slaguard.guard import modes
 from slaguard.guard.incident_store import IncidentStore
 from slaguard.guard.leader import lease_for
@@ -167,28 +166,6 @@ def test_trip_then_status_incidents_and_a_resume_that_resolves(audit_engine: Eng
     assert [(h["kind"], h["incident_id"]) for h in history] == [
         ("manual_resume", None), ("trip", inc), ("manual_resume", inc),
     ]  # fmt: skip
-
-
-def test_a_rollback_on_a_tripped_fleet_takes_it_over_from_the_guard(
-    audit_engine: Engine,
-) -> None:
-    """`rollback` after a trip said "nothing to roll back": with `breaker.auto_return`
-    the guard then returned the fleet to the rollout, undoing the on-call's decision."""
-    now = time.time()
-    trip_the_rollout(audit_engine, now)
-    said = change(audit_engine, "rollback", "--reason", "keep it", "--actor", "ana")
-    assert said == (
-        "fleet stays on round_robin by ana (keep it): taken over from the guard's trip, so no "
-        "automatic return undoes it"
-    )
-    db = ["--db", url_of(audit_engine)]
-    status = json.loads(ok("status", *db, "--json"))
-    assert (status["mode"], status["entered_by"]) == ("round_robin", "manual_rollback")
-    assert "stays until `slaguard resume`\n" in ok("status", *db)
-    again = change(audit_engine, "rollback", "--reason", "again", "--actor", "ana")
-    assert again == "fleet already on round_robin; nothing to roll back"
-    (open_one,) = json.loads(ok("incidents", "--open", *db, "-f", "json"))
-    assert open_one["detector"] == "rollout_compare", "the trip's incident stays open"
 
 
 def test_resume_on_a_fleet_the_plan_took_to_learned_changes_nothing(
@@ -402,9 +379,3 @@ def test_status_names_a_postgres_database_without_its_password(pg_audit_engine: 
     text = ok("status", "--db", url.render_as_string(hide_password=False))
     assert f"database:     {url.render_as_string(hide_password=True)} (from --db)" in text
     assert "s3cret" not in text
-
-
-def test_status_counts_of_one_are_singular_and_stay_aligned() -> None:
-    """`status` printed "1 violations"."""
-    one, many = _column(1, 7, "violation"), _column(24, 7, "violation")
-    assert (one, many) == ("      1 violation ", "     24 violations")
