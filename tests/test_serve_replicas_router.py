@@ -133,3 +133,43 @@ def test_sqlite_replicas_take_the_leaders_inputs_and_drop_stale_ones(tmp_path: P
         a.close()
         b.close()
         engine.dispose()
+
+
+def test_a_restarted_sqlite_replica_keeps_its_demotion(tmp_path: Path) -> None:
+    """The only replica, restarted while a target is slow, took the lock file at its first
+    poll without reading what it had published there, so it led with no demotion: in a
+    drill the 5x slow H200 got its full share back after a restart of `slaguard serve`,
+    scored normal against a baseline learned from its slow answers, and stayed so."""
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    engine = create_audit_engine(url)
+    upgrade(engine)
+    config = GuardConfig.model_validate(GUARD)
+
+    def replica(rid: str) -> GuardReplica:
+        lease = lease_for(engine.url, rid)
+        return GuardReplica(engine, lease, ConsoleNotifier(), replica_id=rid, config=config)
+
+    first, restarted = replica("a"), None
+    try:
+        now = 1_000.0
+        assert first.sync(now).leader
+        for tick in range(200):  # 20 s: 6 s normal, then the H200 8x slower
+            now += 0.1
+            for i, card in enumerate(CARDS):
+                slow = tick >= 60 and card == "h200"
+                ttft = 0.05 * (8.0 if slow else 1.0) * (1.0 + 0.05 * ((tick + i) % 4))
+                first.observe(GuardSample(now, f"{card}-8b", card, MODEL, True, 1.0, ttft))
+            if tick % 10 == 9:
+                first.evaluate(now)
+        first.sync(now)
+        assert first.router.demoted == {SLOW}
+        first.close()
+        restarted = replica("a")
+        assert restarted.sync(now + 5.0).leader
+        restarted.evaluate(now + 5.5)
+        assert restarted.router.demoted == {SLOW}
+    finally:
+        first.close()
+        if restarted is not None:
+            restarted.close()
+        engine.dispose()

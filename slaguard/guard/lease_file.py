@@ -83,6 +83,9 @@ class FileLeaderLease:
         os.ftruncate(fd, 0)
         os.pwrite(fd, self.replica_id.encode(), 0)
         self._fd = fd
+        # The last leader's inputs, for its demotions: a replica that takes the lock at its
+        # first poll (a restart of the only one) had read none and led without them.
+        self._read_published()
         return True
 
     def release(self) -> None:
