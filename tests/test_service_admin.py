@@ -55,7 +55,10 @@ def admin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Admin]:
             "db": str(tmp / "audit.db"),
             "telemetry": {"scrape": False},
             "notify_file": tmp / "incidents.jsonl",
-            "alertmanager": {"rollback_alerts": ["SlaguardSLAErrorBudgetBurn"]},
+            "alertmanager": {
+                "rollback_alerts": ["SlaguardSLAErrorBudgetBurn"],
+                "fleet": "default-mixed",
+            },
         },
     )
     service = build_service(cfg)
@@ -192,6 +195,11 @@ def test_alertmanager_rollback_is_recorded_with_its_incident(admin: Admin) -> No
     )
     ignored = admin.client.post("/v1/alertmanager", json=_webhook("SomethingElse"), headers=AUTH)
     assert ignored.json()["action"] == "none" and ignored.json()["mode"] == "rollout(10)"
+    # another fleet's burn alert through a shared receiver rolled this one back too
+    elsewhere = _webhook("SlaguardSLAErrorBudgetBurn")
+    elsewhere["alerts"][0]["labels"]["fleet"] = "eu-west"
+    other = admin.client.post("/v1/alertmanager", json=elsewhere, headers=AUTH).json()
+    assert (other["matched"], other["action"], other["mode"]) == ([], "none", "rollout(10)")
     resolved = admin.client.post(
         "/v1/alertmanager", json=_webhook("SlaguardSLAErrorBudgetBurn", "resolved"), headers=AUTH
     )

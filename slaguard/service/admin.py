@@ -25,6 +25,7 @@ from slaguard.plaintext import actor_problem
 from slaguard.service.hotpath import json_body, validation_message
 from slaguard.service.modes import FiringAlert, ModeUnavailableError
 from slaguard.service.schemas import (
+    AlertmanagerAlert,
     AlertmanagerResponse,
     AlertmanagerWebhook,
     ErrorResponse,
@@ -153,6 +154,22 @@ async def _or_retry_later(action: Awaitable[_T]) -> _T:
         ) from exc
 
 
+def _of_this_fleet(fleet: str | None, alerts: list[AlertmanagerAlert]) -> list[AlertmanagerAlert]:
+    """The alerts of `fleet` (those without a `fleet` label too): a receiver shared by two
+    fleets rolled both back on either's burn alert. Others are logged, not acted on."""
+    if fleet is None:
+        return list(alerts)
+    ours = [a for a in alerts if a.labels.get("fleet", fleet) == fleet]
+    if len(ours) < len(alerts):
+        others = sorted({a.labels["fleet"] for a in alerts} - {fleet})
+        log.info(
+            "alertmanager webhook: %d alerts of other fleets (%s) ignored: this service acts "
+            "for fleet %s (alertmanager.fleet)",
+            len(alerts) - len(ours), ", ".join(others), fleet,
+        )  # fmt: skip
+    return ours
+
+
 @router.post(
     "/v1/alertmanager",
     response_model=AlertmanagerResponse,
@@ -166,6 +183,7 @@ async def alertmanager(request: Request) -> AlertmanagerResponse:
     rt = runtime_of(request)
     wanted = set(rt.config.alertmanager.rollback_alerts)
     severities = set(rt.config.alertmanager.rollback_severities)
+    ours = _of_this_fleet(rt.config.alertmanager.fleet, body.alerts)
     for a in body.alerts:
         # storable in PostgreSQL (its text cannot hold NUL): refusing the alert would stop a
         # critical rollback, and a 503 has Alertmanager retry it for ever
@@ -178,7 +196,7 @@ async def alertmanager(request: Request) -> AlertmanagerResponse:
             annotations=dict(a.annotations),
             starts_at_s=_unix_or_none(a.startsAt),
         )
-        for a in body.alerts
+        for a in ours
         if a.status == "firing"
         and a.labels.get("alertname", "") in wanted
         and a.labels.get("severity", "") in severities
@@ -186,7 +204,7 @@ async def alertmanager(request: Request) -> AlertmanagerResponse:
     matched = sorted({f.alertname for f in firing})
     resolved = {
         name
-        for a in body.alerts
+        for a in ours
         if a.status == "resolved" and (name := a.labels.get("alertname", "")) in wanted
     }
     if resolved and not firing:

@@ -128,6 +128,12 @@ class AlertmanagerConfig(_Section):
     rollback_severities: tuple[str, ...] = Field(
         default=("critical",), description="only alerts with one of these `severity` labels act"
     )
+    fleet: str | None = Field(
+        default=None,
+        min_length=1,
+        description="only alerts whose `fleet` label is this one (or that have none) act: one "
+        "Alertmanager receiver shared by several fleets; unset, every fleet's alerts act",
+    )
 
     @field_validator("rollback_severities")
     @classmethod
