@@ -21,14 +21,15 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "serve.yaml"
 DOCUMENTED_ELSEWHERE = "guard"
 """A section whose keys are listed in docs/guard.md (`test_guard_config_docs.py` holds
 that table to the model): the example shows it commented out, with two of its defaults."""
-COMMENTED_OUT = {"db", "spill_dir", DOCUMENTED_ELSEWHERE, "notify_file"}
+COMMENTED_OUT = {"db", "spill_dir", DOCUMENTED_ELSEWHERE, "notify_file", "alertmanager.fleet"}
 """Settings without a value by default: the example shows a sample, commented out, and
 says in the comment what happens without it."""
 DIFFERS = {"fleet": "default: the built-in fleet"}
 """Settings the example sets to another value than the default, each with the comment on
 its line that says so."""
-SETTING_LINE = re.compile(r"^# (?=\s*[a-z_]+:(\s|$))")
-"""A commented-out `key: value` line, not a comment's prose (which starts otherwise)."""
+SETTING_LINE = re.compile(r"^(\s*)# (?=\s*[a-z_]+:(\s|$))")
+"""A commented-out `key: value` line (a section's indented), not a comment's prose (which
+starts otherwise)."""
 
 
 def leaf_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
@@ -64,7 +65,7 @@ def value_at(config: BaseModel, path: str) -> Any:
 
 def uncommented(text: str) -> str:
     """The example with its commented-out settings put back."""
-    return "\n".join(SETTING_LINE.sub("", line) for line in text.splitlines()) + "\n"
+    return "\n".join(SETTING_LINE.sub(r"\1", line) for line in text.splitlines()) + "\n"
 
 
 def problems(text: str, scratch: Path) -> list[str]:
