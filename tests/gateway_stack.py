@@ -4,7 +4,8 @@ a file)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,10 +60,11 @@ def gateway_stack(
     model: str = MODEL,
     speedup: float = 4.0,
     kind: type[_S] = GatewayStack,  # type: ignore[assignment]
+    clock: Callable[[], float] = time.time,
 ) -> Iterator[_S]:
     """`cards`: target id -> card type, one emulated replica of `model` each; `config`:
     serve settings on top of the fleet, the database and the notify file; `kind`: a
-    subclass carrying a test file's own helpers."""
+    subclass carrying a test file's own helpers; `clock`: the service's."""
     with ExitStack() as stack:
         urls = {}
         for target_id, card in cards.items():
@@ -75,7 +77,7 @@ def gateway_stack(
         (tmp / "fleet.yaml").write_text(yaml.safe_dump({"targets": fleet}))
         base = {"fleet": tmp / "fleet.yaml", "db": str(tmp / "audit.db"),
                 "notify_file": tmp / "incidents.jsonl"}  # fmt: skip
-        service = build_service(load_config(None, {**base, **(config or {})}))
+        service = build_service(load_config(None, {**base, **(config or {})}), clock=clock)
         stack.callback(service.close)
         app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
         server = stack.enter_context(ServerThread(app))

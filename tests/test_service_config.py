@@ -280,7 +280,8 @@ def test_the_database_named_at_start_hides_its_password_and_is_absolute(
     [
         ("SLAGUARD_SERVE_GATEWAY__CONECT_TIMEOUT_S", "gateway.conect_timeout_s: unknown setting; "
          "fix: unset it, or use one of chars_per_token, connect_timeout_s, default_max_tokens, "
-         "default_priority, enabled, first_byte_timeout_s, max_connections, read_timeout_s "
+         "default_priority, eject_after_failures, eject_s, enabled, first_byte_timeout_s, "
+         "max_connections, read_timeout_s "
          "(examples/serve.yaml); did you mean $SLAGUARD_SERVE_GATEWAY__CONNECT_TIMEOUT_S?"),
         ("SLAGUARD_SERVE_GUARD__BREAKER__TRIP_AFTERR", "guard.breaker.trip_afterr: unknown "
          "setting; fix: unset it, or use one of auto_return, clear_after, cooldown_s, "

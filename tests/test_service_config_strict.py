@@ -43,6 +43,8 @@ def _variable(field: str) -> str:
         ("gateway: {max_connections: 2.5}", "gateway.max_connections", "2.5", WHOLE),
         ("gateway: {default_max_tokens: true}", "gateway.default_max_tokens", "True", WHOLE),
         ("gateway: {chars_per_token: true}", "gateway.chars_per_token", "True", NUMBER),
+        ("gateway: {eject_after_failures: 2.5}", "gateway.eject_after_failures", "2.5", WHOLE),
+        ("gateway: {eject_s: .inf}", "gateway.eject_s", "inf", FINITE),
         ("loops: {weights_s: .inf}", "loops.weights_s", "inf", FINITE),
         ("loops: {detectors_s: true}", "loops.detectors_s", "True", NUMBER),
         ("rollout: {baseline_s: .inf}", "rollout.baseline_s", "inf", FINITE),

@@ -145,12 +145,23 @@ def build() -> db.Dashboard:
                 (rate("slaguard_gateway_client_errors_total", ""), "client errors"),
             ],
         ),
+        ts(
+            "Ejections",
+            "Targets the gateway marked unhealthy for gateway.eject_s after "
+            "gateway.eject_after_failures consecutive failures before the first byte (a "
+            "backend refusing every request while its /metrics answers), within each interval.",
+            units.Short,
+            [(increase("slaguard_gateway_ejections_total", "target", gateway_sel), "{{target}}")],
+            bars=True,
+            span=24,
+        ),
     ]
     return dashboard(
         UID,
         "slaguard / Targets",
         "Per target and card type: TTFT p99, jitter Z-score, queue depth, KV use, "
-        "demotions and spills; the gateway's backend failures, retries and client errors.",
+        "demotions and spills; the gateway's backend failures, retries, client errors and "
+        "ejections.",
         [
             ("Latency", latency),
             ("Load and memory", load),

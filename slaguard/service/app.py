@@ -117,6 +117,7 @@ def create_app(
                     runtime.clock,
                     timeout_s=tcfg.scrape_timeout_s,
                     headers=access.auth,
+                    ejections=runtime.ejections,
                 )
                 app.state.scraper = scraper
                 scrape_task = asyncio.create_task(scraper.run(tcfg.scrape_interval_s))

@@ -88,6 +88,15 @@ class GatewayConfig(_Section):
     default_max_tokens: Whole = Field(default=256, ge=1, le=1_000_000)
     default_priority: Literal["high", "normal", "low"] = "normal"
     max_connections: Whole = Field(default=512, ge=1, le=100_000)
+    eject_after_failures: Whole = Field(
+        default=5,
+        ge=0,
+        le=1_000_000,
+        description="failures in a row before the first byte that eject a target; 0: never",
+    )
+    eject_s: Number = Field(
+        default=30.0, gt=0, le=86_400, description="an ejected target gets no request this long"
+    )
 
 
 class RolloutConfig(_Section):

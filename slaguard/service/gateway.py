@@ -10,7 +10,8 @@ Retry rule: if the backend fails *before the first byte of the answer body* (con
 refused, timeout, HTTP 5xx, or a 404: the model was checked against the fleet, so the
 backend serves another one), the request is sent once more to the next-best eligible
 target, and the decision's explanation records it. After the first byte nothing is retried:
-the client already holds part of an answer. Backend 4xx answers pass through unchanged:
+the client already holds part of an answer. A target failing `gateway.eject_after_failures`
+times in a row is ejected for a while (`ejection`). Backend 4xx answers pass through unchanged:
 a 401, 403, 408 or 429 is the fleet's failure (`FLEET_REFUSALS`; a 401 or 403, about
 slaguard's credentials, is also logged by `upstream`), any other the client's mistake,
 a `client_error` no SLA judges. The errors slaguard answers itself are in OpenAI's shape
@@ -272,7 +273,9 @@ async def _open_upstream(
         began = time.monotonic()
         try:
             async with asyncio.timeout(g.first_byte_timeout_s if stream else g.read_timeout_s):
-                return await first_byte(client, target, path, raw, access)
+                up = await first_byte(client, target, path, raw, access)
+            rt.ejections.answered(index)
+            return up
         except (UpstreamError, aiohttp.ClientError, TimeoutError) as exc:
             waited_s = time.monotonic() - began
             entry.not_served_s += waited_s
@@ -280,6 +283,7 @@ async def _open_upstream(
             # a stream's first byte is its first token: a stall is a TTFT of at least that
             rt.attempt_failed(entry, waited_s if stream and isinstance(exc, TimeoutError) else None)
             why = str(exc) or type(exc).__name__
+            rt.ejections.failed(index, why, rt.clock())
             retried = attempt + 1 < len(order)
             request.app.state.attempt_failures.failed(target.id, why, retried, began + waited_s)
             failures.append(f"{target.id}: {why}")

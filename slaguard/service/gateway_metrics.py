@@ -28,7 +28,16 @@ class GatewayMetrics:
             "and audited, judged by no SLA.",
             registry=registry,
         )
+        self.ejections = Counter(
+            "slaguard_gateway_ejections_total",
+            "Times a target was marked unhealthy for gateway.eject_s after "
+            "gateway.eject_after_failures consecutive failures before the first byte.",
+            ["target"],
+            registry=registry,
+        )
         targets = list(target_ids)
         for stage in ("before_first_byte", "after_first_byte"):
             for target in targets:
                 self.upstream_failures.labels(stage, target)
+        for target in targets:
+            self.ejections.labels(target)

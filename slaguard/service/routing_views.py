@@ -328,13 +328,15 @@ async def telemetry(request: Request) -> Response:
     if body.kv_used_ratio is not None:
         kv = body.kv_used_ratio * target.kv_budget_gb
     state = rt.scheduler.state
+    now_s = rt.clock()
     state.refresh(
         target.index,
-        rt.clock(),
+        now_s,
         kv_used_gb=kv,
         queue_depth=body.queue_depth,
         memory_used_gb=body.memory_used_gb,
     )
-    if body.healthy is not None:
-        state.set_healthy(target.index, body.healthy)
+    healthy = rt.ejections.health(target.index, body.healthy, now_s)  # ejected: stays out
+    if healthy is not None:
+        state.set_healthy(target.index, healthy)
     return json_response({"target": target.id, "accepted": True})

@@ -34,6 +34,7 @@ from slaguard.scheduler.core import Scheduler
 from slaguard.scheduler.explain import Outcome
 from slaguard.scheduler.rollout import Arm
 from slaguard.service.config import ServiceConfig
+from slaguard.service.ejection import Ejections
 from slaguard.service.gateway_metrics import GatewayMetrics
 from slaguard.service.modes import ModeSource
 from slaguard.service.pending import Finished, Pending, Routed, sla_met
@@ -69,6 +70,7 @@ class ServiceRuntime:
         self.engine = engine
         self.store = DecisionStore(engine) if engine is not None else None
         self.gateway_metrics = GatewayMetrics(metrics.registry, (t.id for t in fleet))
+        self.ejections = Ejections(fleet, scheduler.state, self.gateway_metrics.ejections, config)
         self.clock = clock
         self.pending: OrderedDict[str, Pending] = OrderedDict()
         self.late_outcomes: OrderedDict[str, bool | None] = OrderedDict()

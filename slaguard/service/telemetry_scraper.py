@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from slaguard.failure_log import FailureLog
 from slaguard.fleet import Fleet, Target
 from slaguard.scheduler.state import FleetState
+from slaguard.service.ejection import Ejections
 from slaguard.service.upstream import REFUSALS, refusal, refusal_fix
 
 log = logging.getLogger(__name__)
@@ -76,23 +77,33 @@ def parse_vllm_metrics(text: str) -> BackendPicture:
     return BackendPicture(min(usage, 1.0), _value(values, RUNNING), _value(values, WAITING))
 
 
-def apply_picture(state: FleetState, target: Target, picture: BackendPicture, now_s: float) -> None:
+def apply_picture(
+    state: FleetState,
+    target: Target,
+    picture: BackendPicture,
+    now_s: float,
+    ejections: Ejections | None = None,
+) -> None:
     """Write one scraped picture into the router's row for `target`. A backend that
     answers its metrics is healthy: a `healthy: false` pushed to `/v1/telemetry` (which
-    anyone on the network can send) no longer drains it until someone pushes it back."""
+    anyone on the network can send) no longer drains it until someone pushes it back.
+    Not while the gateway has it ejected: its metrics answer, its requests fail."""
     state.refresh(
         target.index,
         now_s,
         kv_used_gb=picture.kv_usage_ratio * target.kv_budget_gb,
         queue_depth=picture.queue_depth,
     )
-    state.set_healthy(target.index, True)
+    healthy = True if ejections is None else ejections.health(target.index, True, now_s)
+    if healthy is not None:
+        state.set_healthy(target.index, healthy)
 
 
 class MetricsScraper:
     """Scrapes every target with a URL; `scrape_once` is one round (tests call it).
     `headers` go with every scrape: slaguard's credentials (`upstream.BackendAccess.auth`),
-    for a backend behind an authenticating proxy."""
+    for a backend behind an authenticating proxy; `ejections`: the gateway's, which keep
+    an ejected target unhealthy."""
 
     def __init__(
         self,
@@ -103,8 +114,10 @@ class MetricsScraper:
         *,
         timeout_s: float = 0.5,
         headers: Mapping[str, str] | None = None,
+        ejections: Ejections | None = None,
     ) -> None:
         self.targets = [t for t in fleet if t.url]
+        self.ejections = ejections
         self.state = state
         self.client = client
         self.clock = clock
@@ -135,7 +148,7 @@ class MetricsScraper:
             return
         now_s = self.clock()
         self._failures[target.id].succeeded(now_s)
-        apply_picture(self.state, target, picture, now_s)
+        apply_picture(self.state, target, picture, now_s, self.ejections)
 
     def _detail(self, exc: BaseException) -> str:
         """The error's own text; a timeout has none, so the limit it ran into."""
