@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import httpx
 from sqlalchemy import Engine
 
 from slaguard.audit.service import UnknownRequestError, explain
@@ -36,6 +39,18 @@ def wait_for(what: str, check: Callable[[], _T | None], timeout_s: float = 15.0)
             return value
         assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
         time.sleep(0.01)
+
+
+def wait_serving(url: str, proc: subprocess.Popen[Any], timeout_s: float = 30.0) -> bool:
+    """Poll `url`/readyz every 0.1 s until it answers 200 (True), or the process ends or
+    `timeout_s` passes (False: the caller's assertions then show why)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return True
+        time.sleep(0.1)
+    return False
 
 
 def stored_outcome(engine: Engine, decision_id: str, timeout_s: float = 10.0) -> Any:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers import wait_serving
 from typer.testing import CliRunner
 
 from slaguard.audit.engine import create_audit_engine
@@ -80,13 +81,7 @@ def test_sigterm_drains_the_audit_writer_and_logs_it(tmp_path: Path) -> None:
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and proc.poll() is None:
-                try:
-                    if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.1)
+            wait_serving(url, proc)
             body = {"model": "llama3.1-8b", "prompt_tokens": 100, "max_new_tokens": 10}
             routed = [httpx.post(f"{url}/v1/route", json=body).status_code for _ in range(25)]
             assert routed == [200] * 25

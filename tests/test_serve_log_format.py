@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import msgspec
 import pytest
+from helpers import wait_serving
 from typer.testing import CliRunner
 
 from slaguard.audit.isotime import iso_utc
@@ -58,13 +59,7 @@ def _serve(tmp_path: Path, log_format: str | None) -> tuple[int, str]:
         )  # fmt: skip
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and proc.poll() is None:
-                try:
-                    if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.1)
+            wait_serving(url, proc)
             body = {"model": "llama3.1-8b", "prompt_tokens": 100, "max_new_tokens": 10}
             routed = [httpx.post(f"{url}/v1/route", json=body).status_code for _ in range(5)]
             assert routed == [200] * 5, log.read_text()
