@@ -114,14 +114,7 @@ def test_sqlite_replicas_take_the_leaders_inputs_and_drop_stale_ones(tmp_path: P
     try:
         now = 1_000.0
         assert a.sync(now).leader and not b.sync(now).leader
-        for tick in range(200):  # 20 s: 6 s normal, then the H200 8x slower
-            now += 0.1
-            for i, card in enumerate(CARDS):
-                slow = tick >= 60 and card == "h200"
-                ttft = 0.05 * (8.0 if slow else 1.0) * (1.0 + 0.05 * ((tick + i) % 4))
-                a.observe(GuardSample(now, f"{card}-8b", card, MODEL, True, 1.0, ttft))
-            if tick % 10 == 9:
-                a.evaluate(now)
+        now = _slow_h200(a, now)
         assert a.router.demoted == {SLOW}
         a.sync(now)
         b.sync(now + 0.5)
@@ -133,6 +126,20 @@ def test_sqlite_replicas_take_the_leaders_inputs_and_drop_stale_ones(tmp_path: P
         a.close()
         b.close()
         engine.dispose()
+
+
+def _slow_h200(leader: GuardReplica, now: float) -> float:
+    """20 s of first tokens fed to `leader`, evaluated every second: 6 s normal, then the
+    H200 8x slower; the time it ends at."""
+    for tick in range(200):
+        now += 0.1
+        for i, card in enumerate(CARDS):
+            slow = tick >= 60 and card == "h200"
+            ttft = 0.05 * (8.0 if slow else 1.0) * (1.0 + 0.05 * ((tick + i) % 4))
+            leader.observe(GuardSample(now, f"{card}-8b", card, MODEL, True, 1.0, ttft))
+        if tick % 10 == 9:
+            leader.evaluate(now)
+    return now
 
 
 def test_a_restarted_sqlite_replica_keeps_its_demotion(tmp_path: Path) -> None:
@@ -153,14 +160,7 @@ def test_a_restarted_sqlite_replica_keeps_its_demotion(tmp_path: Path) -> None:
     try:
         now = 1_000.0
         assert first.sync(now).leader
-        for tick in range(200):  # 20 s: 6 s normal, then the H200 8x slower
-            now += 0.1
-            for i, card in enumerate(CARDS):
-                slow = tick >= 60 and card == "h200"
-                ttft = 0.05 * (8.0 if slow else 1.0) * (1.0 + 0.05 * ((tick + i) % 4))
-                first.observe(GuardSample(now, f"{card}-8b", card, MODEL, True, 1.0, ttft))
-            if tick % 10 == 9:
-                first.evaluate(now)
+        now = _slow_h200(first, now)
         first.sync(now)
         assert first.router.demoted == {SLOW}
         first.close()
