@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from child_processes import descendants, running
+from child_processes import cmdline, descendants, running
 
 import slaguard
 
@@ -30,10 +30,12 @@ def start_demo(workdir: Path, leftovers: set[int]) -> subprocess.Popen[str]:
 
 
 def all_started(demo: subprocess.Popen[str]) -> set[int] | None:
-    """5 backends, serve and serve's audit writer."""
+    """5 backends, serve and serve's audit writer. The writer is looked for by name: a
+    short-lived child of serve's start could make up the count before the writer ran."""
     assert demo.poll() is None, demo.communicate()
     found = descendants(demo.pid)
-    return found if len(found) >= 7 else None
+    writer_up = any(b"slaguard.audit.writer_process" in cmdline(pid) for pid in found)
+    return found if len(found) >= 7 and writer_up else None
 
 
 def kill_all(pids: set[int]) -> None:
