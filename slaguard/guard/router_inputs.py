@@ -62,6 +62,21 @@ class RouterInputs:
             log.warning("unreadable router inputs from the guard leader ignored")
             return cls()
 
+    def inheritable(self, fleet: str | None) -> frozenset[str]:
+        """The demotions a new leader routing with `fleet` takes from these (its
+        predecessor's, read with `INHERIT_MAX_AGE_S`): none when published for another
+        fleet file, whose target ids may name other cards or URLs (unknown on either side:
+        taken, as from versions that published no digest)."""
+        if self.fleet is None or fleet is None or self.fleet == fleet:
+            return self.demoted
+        if self.demoted:
+            log.info(
+                "the last guard leader's demotions (%s) not taken: published for another fleet"
+                " file (digest %s, this replica %s)",
+                ", ".join(sorted(self.demoted)), self.fleet, fleet,
+            )  # fmt: skip
+        return frozenset()
+
     def apply(self, state: FleetState, index_by_id: Mapping[str, int]) -> None:
         """Into a router's fleet picture: a target without a score gets 0 (all of them when
         nothing fresh was published), never a stale one."""

@@ -366,7 +366,10 @@ class GuardReplica:
         self.guard.incidents.current = self.incidents.restore()
         self.guard.restart_handed_work()  # it counted this replica's share, now everyone's
         last = RouterInputs.from_text(self.lease.latest(), now_s, None, INHERIT_MAX_AGE_S)
-        self.guard.inherit_demotions(last.demoted)  # the last leader's, as published
+        self.guard.inherit_demotions(last.inheritable(self.fleet_digest))
+        # routed with and published from this sync on, not only after the first evaluation
+        demoted = frozenset(self.guard.demoted_targets())
+        self.router = RouterInputs(self.router.jitter_z, demoted, self.fleet_digest)
         st, tripped = self.guard.state, self.guard.incidents.current
         opened_s = st.since_s if st.entered_by is TransitionKind.TRIP else None
         if tripped is not None and not tripped.cleared and st.auto_advance:
