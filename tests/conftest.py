@@ -91,7 +91,10 @@ def sqlite_url(tmp_path: Path) -> URL:
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 """Parameters for fixtures that run a test on each audit backend."""
 
-AUDIT_TABLES = ("outcomes", "decisions", "mode_changes", "incidents", "weight_versions")
+AUDIT_TABLES = (
+    "outcomes", "decisions", "mode_changes", "incidents", "weight_versions",
+    "guard_router_inputs",
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from conftest import BACKENDS, create_scratch_database, drop_database, require_p
 from helpers import usual_umask
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import IntegrityError
 from test_engine_support import AZURE_FIXTURE
 from typer.testing import CliRunner
 
@@ -62,10 +63,10 @@ def test_upgrade_from_empty_and_from_first_revision_reaches_head(empty_engine: E
         require_current_schema(empty_engine)
     upgrade(empty_engine)
     require_current_schema(empty_engine)
-    assert current_revision(empty_engine) == head_revision() == "0003_unjudged_outcomes"
+    assert current_revision(empty_engine) == head_revision() == "0004_guard_router_inputs"
     tables = set(inspect(empty_engine).get_table_names())
     assert {"decisions", "outcomes", "mode_changes", "incidents", "weight_versions",
-            "fleet_state", "alembic_version"} <= tables  # fmt: skip
+            "fleet_state", "guard_router_inputs", "alembic_version"} <= tables  # fmt: skip
     for table, names in EXPECTED_INDEXES.items():
         assert names <= {ix["name"] for ix in inspect(empty_engine).get_indexes(table)}
     assert current_mode(empty_engine).mode == "round_robin"
@@ -119,6 +120,27 @@ def test_unjudged_outcomes_keep_the_rows_and_go_back_as_misses(empty_engine: Eng
     upgrade(empty_engine)
 
 
+def test_the_kept_demotions_row_is_one_and_goes_with_its_revision(empty_engine: Engine) -> None:
+    """0004 adds `guard_router_inputs` (one row: the guard leader's demotions kept for its
+    successor); going back to 0003 drops it and nothing else."""
+    upgrade(empty_engine)
+    insert = text(
+        "INSERT INTO guard_router_inputs (id, published_at, inputs) VALUES (:id, :at, '{}')"
+    )
+    at = "2026-12-01 00:00:00+00:00"
+    with empty_engine.begin() as conn:
+        conn.execute(insert, {"id": 1, "at": at})
+    with pytest.raises(IntegrityError), empty_engine.begin() as conn:
+        conn.execute(insert, {"id": 2, "at": at})
+    before = set(inspect(empty_engine).get_table_names())
+    downgrade(empty_engine, "0003_unjudged_outcomes")
+    assert set(inspect(empty_engine).get_table_names()) == before - {"guard_router_inputs"}
+    assert current_revision(empty_engine) == "0003_unjudged_outcomes"
+    upgrade(empty_engine)
+    with empty_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM guard_router_inputs")).scalar() == 0
+
+
 @pytest.mark.parametrize("revision", ["0099_from_the_future", "abc123def"])
 def test_an_unknown_revision_is_refused_with_both_fixes(
     empty_engine: Engine, revision: str
@@ -138,12 +160,12 @@ def test_an_unknown_revision_is_refused_with_both_fixes(
             conn.execute(text(f"UPDATE alembic_version SET version_num = '{head_revision()}'"))
     assert str(refused.value) == (
         f"database {url} is at schema revision {revision}, which this slaguard (head "
-        "0003_unjudged_outcomes) does not know: either a newer slaguard migrated it (fix: upgrade "
-        "slaguard, `pip install -U slaguard`) or it is another application's database (fix: "
-        "give slaguard a database, or a schema, of its own)"
+        "0004_guard_router_inputs) does not know: either a newer slaguard migrated it (fix: "
+        "upgrade slaguard, `pip install -U slaguard`) or it is another application's database "
+        "(fix: give slaguard a database, or a schema, of its own)"
     )
     assert current.exit_code == 1 and current.stdout == (
-        f"{url}: revision {revision} (head 0003_unjudged_outcomes): unknown to this slaguard: a "
+        f"{url}: revision {revision} (head 0004_guard_router_inputs): unknown to this slaguard: a "
         "newer slaguard's (upgrade slaguard) or another application's database (use one of "
         "slaguard's own)\n"
     )
@@ -175,11 +197,12 @@ def test_db_cli_upgrade_then_current(tmp_path: Path) -> None:
     assert "does not exist" in result.output and "slaguard db upgrade" in result.output
     result = runner.invoke(app, ["db", "upgrade", "--db", db])
     assert result.exit_code == 0, result.output
-    assert "empty -> 0003_unjudged_outcomes" in result.output
+    assert "empty -> 0004_guard_router_inputs" in result.output
     result = runner.invoke(app, ["db", "current", "--db", db])
     assert result.exit_code == 0
     assert (
-        "revision 0003_unjudged_outcomes (head 0003_unjudged_outcomes): up to date" in result.output
+        "revision 0004_guard_router_inputs (head 0004_guard_router_inputs): up to date"
+        in result.output
     )
     bogus = runner.invoke(app, ["db", "upgrade", "--db", db, "--revision", "bogus"])
     assert bogus.exit_code == 2 and bogus.output.startswith(
@@ -187,7 +210,7 @@ def test_db_cli_upgrade_then_current(tmp_path: Path) -> None:
     )
     back = runner.invoke(app, ["db", "upgrade", "--db", db, "--revision", FIRST])
     assert back.exit_code == 0 and back.output.endswith(
-        "0003_unjudged_outcomes -> 0003_unjudged_outcomes "
+        "0004_guard_router_inputs -> 0004_guard_router_inputs "
         f"(already past {FIRST}: upgrade never goes back)\n"
     )
 

@@ -212,7 +212,7 @@ def test_a_database_from_a_newer_slaguard_is_one_line_not_a_traceback(tmp_path: 
     assert result.exit_code == 2 and result.stdout == "", result.output
     assert result.stderr == (
         f"error: database sqlite:///{db} is at schema revision 0099_from_the_future, which "
-        "this slaguard (head 0003_unjudged_outcomes) does not know: either a newer slaguard "
+        "this slaguard (head 0004_guard_router_inputs) does not know: either a newer slaguard "
         "migrated it (fix: upgrade slaguard, `pip install -U slaguard`) or it is another "
         "application's database (fix: give slaguard a database, or a schema, of its own)\n"
     )
@@ -279,7 +279,7 @@ def test_a_schema_behind_with_migrate_off_is_logged_once_at_start(tmp_path: Path
     errors = [line for line in text.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and errors[0].endswith(
         f"not ready: database sqlite:///{db} is at schema revision 0001_audit_log, this "
-        f"slaguard needs 0003_unjudged_outcomes; {fix}; serving meanwhile, with /readyz 503 and "
+        f"slaguard needs 0004_guard_router_inputs; {fix}; serving meanwhile, with /readyz 503 and "
         "decisions in the spill journal until the schema is current"
     ), text
     assert " INFO slaguard.service.bootstrap: incident messages go to Slack channel C123 " in text

@@ -198,3 +198,17 @@ def select_fleet_state() -> Select[str, datetime, str, str, int]:
 
 INITIAL_FLEET_MODE = "round_robin"
 """Cold start: round-robin collects the unbiased baseline first (scheduler spec, section 5)."""
+
+
+class GuardRouterInputs(Base):
+    """The guard leader's last demotions and fleet digest (a `RouterInputs` text without
+    Z-scores), kept for a leader that starts after every replica stopped: on PostgreSQL
+    the router inputs otherwise travel by NOTIFY alone (`guard/lease_pg_kept.py`)."""
+
+    __tablename__ = "guard_router_inputs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    published_at: Mapped[datetime]
+    inputs: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)

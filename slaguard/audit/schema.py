@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL
 
 from slaguard.audit.engine import sqlite_path
 
-SCHEMA_REVISION = "0003_unjudged_outcomes"
+SCHEMA_REVISION = "0004_guard_router_inputs"
 """The Alembic head these models and queries describe (update it with each new migration)."""
 
 

@@ -17,10 +17,12 @@ might still attempt is a compare-and-set on the mode version, so a stale leader 
 never overwrite a newer mode.
 
 Router inputs: `pg_notify` on the lease connection, which every replica LISTENs on (the
-poll's query delivers what arrived). Forwarded samples: `pg_notify` on a second channel
-that only the leader LISTENs on, on a second connection opened at the poll that takes
-the lock (notifications arriving on the lock's own connection would keep a frozen
-leader's session from ever timing out).
+poll's query delivers what arrived); what a successor needs of them (the demotions) is
+also kept in the database (`lease_pg_kept.py`) and read by the replica that takes the
+lock, which may have started after every other replica stopped. Forwarded samples:
+`pg_notify` on a second channel that only the leader LISTENs on, on a second connection
+opened at the poll that takes the lock (notifications arriving on the lock's own
+connection would keep a frozen leader's session from ever timing out).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from sqlalchemy.engine import URL
 from slaguard.audit.engine import error_line
 from slaguard.audit.pg_deadline import connect_with_deadline
 from slaguard.guard.forward import MAX_BATCH_BYTES
+from slaguard.guard.lease_pg_kept import KeptDemotions
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +83,7 @@ class PostgresLeaderLease:
         self._forwarded: list[str] = []
         self._samples_conn: psycopg.Connection | None = None
         self._vacant = False
+        self._kept = KeptDemotions(lease_s)
 
     @property
     def held(self) -> bool:
@@ -92,8 +96,10 @@ class PostgresLeaderLease:
     def publish(self, text: str) -> None:
         if len(text.encode()) > MAX_BATCH_BYTES:
             log.warning("router inputs not published: %d bytes", len(text.encode()))
-            return
-        self._notify(ROUTER_CHANNEL, [text])
+        else:
+            self._notify(ROUTER_CHANNEL, [text])
+        if self._held and self._conn is not None and not self._conn.closed:
+            self._kept.keep(self._conn, text)  # the demotions alone: far below the limit
 
     def latest(self) -> str | None:
         return self._latest
@@ -158,6 +164,8 @@ class PostgresLeaderLease:
             if not self._held and take:
                 row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
                 self._held = bool(row and row[0])
+                if self._held:  # for the demotions: NOTIFY brought none after a full restart
+                    self._latest = self._kept.load(self._conn, self._latest)
             elif not self._held:  # the query delivers the router inputs that arrived
                 row = self._conn.execute(_HOLDER_SQL, (_CLASS_ID, _OBJ_ID)).fetchone()
                 self._vacant = row is None

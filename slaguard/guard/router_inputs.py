@@ -47,20 +47,11 @@ class RouterInputs:
     ) -> RouterInputs:
         """What another replica published (`own_id` None: anyone); empty when absent,
         ours, older than `max_age_s` or unreadable."""
-        if not text:
+        got = parse_published(text)
+        if got is None:
             return cls()
-        try:
-            body = json.loads(text)
-            if body["replica"] == own_id or now_s - float(body["at"]) > max_age_s:
-                return cls()
-            z = {str(t): float(v) for t, v in body["jitter_z"].items()}
-            fleet = body.get("fleet")
-            return cls(
-                z, frozenset(str(t) for t in body["demoted"]), None if fleet is None else str(fleet)
-            )
-        except (ValueError, KeyError, TypeError, AttributeError):
-            log.warning("unreadable router inputs from the guard leader ignored")
-            return cls()
+        replica, at_s, inputs = got
+        return cls() if replica == own_id or now_s - at_s > max_age_s else inputs
 
     def inheritable(self, fleet: str | None) -> frozenset[str]:
         """The demotions a new leader routing with `fleet` takes from these (its
@@ -83,3 +74,21 @@ class RouterInputs:
         state.set_jitter({index: self.jitter_z.get(t, 0.0) for t, index in index_by_id.items()})
         for target_id, index in index_by_id.items():
             state.set_demoted(index, target_id in self.demoted)
+
+
+def parse_published(text: str | None) -> tuple[str, float, RouterInputs] | None:
+    """(publishing replica, when, inputs) of a published text; None when absent or
+    unreadable (said at WARNING)."""
+    if not text:
+        return None
+    try:
+        body = json.loads(text)
+        z = {str(t): float(v) for t, v in body["jitter_z"].items()}
+        fleet = body.get("fleet")
+        inputs = RouterInputs(
+            z, frozenset(str(t) for t in body["demoted"]), None if fleet is None else str(fleet)
+        )
+        return str(body["replica"]), float(body["at"]), inputs
+    except (ValueError, KeyError, TypeError, AttributeError):
+        log.warning("unreadable router inputs from the guard leader ignored")
+        return None
