@@ -205,6 +205,28 @@ def test_a_subject_naming_no_target_colours_the_largest_rises(card_db: str) -> N
         plt.close(fig)
 
 
+def test_with_no_minute_before_the_opening_the_highest_are_coloured(card_db: str) -> None:
+    """A hot prefix opened in the first minute of the window (`--before 10s`, a run that
+    tripped at once): no target has a minute before to rise from, and the plot coloured
+    none under "largest p99 rise vs before". The highest minutes from the opening are
+    coloured instead, and the legend says so."""
+    engine = create_audit_engine(f"sqlite:///{card_db}")
+    timeline, series, now = _timeline(engine)
+    engine.dispose()
+    opened = timeline.phases["during"][0]
+    rows = pd.date_range(series.index[0] + pd.Timedelta("1min"), periods=2, freq="1min")
+    assert rows[0] < opened < rows[0] + pd.Timedelta("1min")
+    peaks = pd.DataFrame({f"x{k}": [1.0, float(k)] for k in range(1, 9)}, index=rows)
+    fig = incident_figure(timeline, peaks, now)
+    try:
+        ax = fig.axes[0]
+        assert named(ax) == ["other targets (2)", "x8", "x7", "x6", "x5", "x4", "x3", "incident"]
+        title = ax.get_legend().get_title().get_text()
+        assert title == "highest p99 from the opening\n(no minute before it)"
+    finally:
+        plt.close(fig)
+
+
 def test_the_cli_plots_the_subjects_targets(
     card_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

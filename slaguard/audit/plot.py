@@ -106,15 +106,21 @@ def _coloured(
 ) -> tuple[str, list[str]]:
     """The legend's title and the targets to colour: the subject's with data, else the
     ones whose p99 in the minutes from the opening on rose most over their median in
-    the minutes that ended before it."""
+    the minutes that ended before it. With no such minute (`--before 10s`, a run that
+    tripped in its first minute) nothing could rise and no target was coloured: the
+    highest from the opening on are, under a title that says so."""
     named = [t for t in subject_targets if t in series.columns]
     if named:
         return "the incident's targets", named
     ends = series.index + pd.Timedelta(series.index.freq)
     before = series[ends <= opened].median()
-    rise = (series[ends > opened].max() / before).dropna()
+    since = series[ends > opened].max()
+    rise = (since / before).dropna()
+    title = "largest p99 rise vs before"
+    if rise.empty:
+        rise, title = since.dropna(), "highest p99 from the opening\n(no minute before it)"
     top = rise.sort_values(ascending=False, kind="stable").index[:CONTEXT_TARGETS]
-    return "largest p99 rise vs before", [str(t) for t in top]
+    return title, [str(t) for t in top]
 
 
 def _draw_targets(ax: Axes, series: pd.DataFrame, coloured: list[str]) -> None:
