@@ -161,3 +161,29 @@ def test_incident_evidence_times_are_iso_not_unix_seconds(db: str, tmp_path: Pat
     assert evidence["guard"] == SERVICE_EVIDENCE["guard"]
     table = "".join(ok("audit", "incident", str(iid), "--db", str(copy)).split())
     assert f'"at_s":"{later}"' in table and str(EVIDENCE_OPENED_S + 42.5) not in table
+
+
+def test_the_phases_say_how_many_decisions_each_holds(db: str, tmp_path: Path) -> None:
+    """A simulated run's incident is resolved at the run's end: its "after" phase holds
+    no decision, and the per-target table just had no "after" rows, without a word."""
+    copy = tmp_path / "copy.db"
+    shutil.copy(db, copy)
+    engine = create_audit_engine(f"sqlite:///{copy}")
+    opened_s, resolved_s = START_S + 3000, START_S + 3700
+    iid = open_incident(
+        engine,
+        IncidentRecord(opened_s, "hot_spot", "critical", "prefix:p", resolved_at_s=resolved_s),
+    )
+    still = open_incident(engine, IncidentRecord(opened_s, "hot_spot", "critical", "prefix:p"))
+    engine.dispose()
+    before = sum(opened_s - 1800 <= d.decided_at_s < opened_s for d in RUN.decisions)
+    during = sum(opened_s <= d.decided_at_s < resolved_s for d in RUN.decisions)
+    assert before > 100 and during > 100 and max(d.decided_at_s for d in RUN.decisions) < resolved_s
+    table = " ".join(ok("audit", "incident", str(iid), "--db", str(copy)).split())
+    assert f"2026-11-30T01:43:20.000000Z ({before} decisions) │" in table
+    assert f"2026-11-30T01:55:00.000000Z ({during} decisions) │" in table
+    assert "2026-11-30T02:25:00.000000Z (no decisions) │" in table
+    since = sum(d.decided_at_s >= opened_s for d in RUN.decisions)
+    table = " ".join(ok("audit", "incident", str(still), "--db", str(copy)).split())
+    assert f"({since} decisions; now: still open) │" in table
+    assert "│ after │ none yet: the incident is open │" in table

@@ -245,6 +245,13 @@ def _candidates_title(candidates: pd.DataFrame) -> str:
     return "eligible candidates, round-robin order (no scores)"
 
 
+def _decisions_in(tl: IncidentTimeline, phase: str) -> str:
+    """How many decisions a phase holds: a simulated run's incident is resolved at the
+    run's end, and its empty "after" phase was only rows missing from the table."""
+    n = int(tl.per_target.loc[tl.per_target["phase"] == phase, "decisions"].sum())
+    return counted(n, "decision") if n else "no decisions"
+
+
 def emit_timeline(tl: IncidentTimeline, fmt: OutputFormat, output: Path | None) -> None:
     """An incident's evidence, mode switches and per-target phases."""
     rec = tl.incident.record
@@ -272,9 +279,11 @@ def emit_timeline(tl: IncidentTimeline, fmt: OutputFormat, output: Path | None) 
         return
     console = _console()
     console.print(_pairs_table(f"incident {tl.incident.id}", header))
-    phases = {k: f"{_shown(a)} .. {_shown(b)}" for k, (a, b) in tl.phases.items()}
+    held = {k: _decisions_in(tl, k) for k in tl.phases}
     if rec.resolved_at_s is None:
-        phases["during"] += " (now: still open)"
+        held["during"] += "; now: still open"
+    phases = {k: f"{_shown(a)} .. {_shown(b)} ({held[k]})" for k, (a, b) in tl.phases.items()}
+    if rec.resolved_at_s is None:
         phases["after"] = "none yet: the incident is open"
     console.print(_pairs_table("phases", phases))
     _print_table(frame_table(tl.mode_changes, "mode changes"))
