@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_audit_cli import EMPTY, RUN, START_S, WINDOW, ok, run_db, runner
+from test_audit_cli import EMPTY, RUN, START_S, WINDOW, ok, one_line_error, run_db, runner
 
 from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.migrate import upgrade
@@ -187,3 +187,20 @@ def test_the_phases_say_how_many_decisions_each_holds(db: str, tmp_path: Path) -
     table = " ".join(ok("audit", "incident", str(still), "--db", str(copy)).split())
     assert f"({since} decisions; now: still open) │" in table
     assert "│ after │ none yet: the incident is open │" in table
+
+
+def test_an_unknown_guard_id_names_the_ones_held_and_the_fix(db: str, tmp_path: Path) -> None:
+    """`audit incident inc-999-1` said only which ids a report names, without a fix nor
+    the guard ids this database holds."""
+    copy = tmp_path / "copy.db"
+    shutil.copy(db, copy)
+    engine = create_audit_engine(f"sqlite:///{copy}")
+    for guard_id in ("inc-72-1", "inc-456-2"):
+        evidence = {"simulated": True, "incident": guard_id}
+        open_incident(engine, IncidentRecord(START_S, "hot_spot", "critical", "x", evidence))
+    engine.dispose()
+    assert one_line_error("audit", "incident", "inc-999-1", "--db", str(copy)) == (
+        "error: no incident with guard id inc-999-1; fix: give one a simulate report's trips "
+        "name (this database holds inc-72-1, inc-456-2), or an audit id `slaguard incidents` "
+        "lists\n"
+    )

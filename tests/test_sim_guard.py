@@ -312,4 +312,4 @@ def test_the_reports_incident_id_opens_the_incident_in_the_audit_database(
     assert incident["id"] == 1 and incident["evidence"]["incident"] == guard_id
     unknown = runner.invoke(app, ["audit", "incident", "inc-9-9", "--db", db])
     assert unknown.exit_code == 2
-    assert unknown.stderr.startswith("error: no incident with guard id inc-9-9 (")
+    assert unknown.stderr.startswith("error: no incident with guard id inc-9-9; fix: ")

@@ -43,13 +43,22 @@ def incident_with_guard_id(engine: Engine, guard_id: str) -> int:
     its `evidence.incident`): the report names the guard's id, the database its own."""
     with engine.connect() as conn:
         rows = conn.execute(select(Incident.id, Incident.evidence).order_by(Incident.id)).all()
+    held = []
     for incident_id, evidence in rows:
-        if isinstance(evidence, dict) and evidence.get("incident") == guard_id:
+        found = evidence.get("incident") if isinstance(evidence, dict) else None
+        if found == guard_id:
             return int(incident_id)
+        if isinstance(found, str):
+            held.append(found)
     raise UnknownIncidentError(
-        f"no incident with guard id {guard_id} (a simulate report's trips name these; "
-        "`slaguard incidents` lists the audit ids)"
+        f"no incident with guard id {guard_id}; fix: give one a simulate report's trips name "
+        f"(this database holds {_some(held) if held else 'none'}), or an audit id "
+        "`slaguard incidents` lists"
     )
+
+
+def _some(ids: list[str]) -> str:
+    return ", ".join(ids[:4]) + (f" and {len(ids) - 4} more" if len(ids) > 4 else "")
 
 
 def incident_timeline(
