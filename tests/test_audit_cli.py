@@ -232,20 +232,26 @@ def test_bad_input_gets_one_line_and_exit_2(db: str, tmp_path: Path) -> None:
     assert "--since: cannot read 'yesterday'" in one_line_error(
         "audit", "decisions", "--db", db, "--since", "yesterday"
     )
-    assert "--since: '1h' is a duration, not a time; for 1h before now write -1h" in (
+    assert "--since: '1h' is a duration, not a time; fix: write -1h for 1h before now" in (
         one_line_error("audit", "summary", "--db", db, "--since", "1h")
     )
-    assert "is not before --until" in one_line_error(
-        "audit", "summary", "--db", db, "--since", "-1h", "--until", "-2h"
+    inverted = one_line_error("audit", "summary", "--db", db, "--since", "-1h", "--until", "-2h")
+    assert "is not before --until" in inverted
+    assert inverted.endswith("; fix: swap them or widen the range\n")
+    assert f"--since: cannot read '-2x'; fix: use {TIME_HELP}\n" in one_line_error(
+        "audit", "decisions", "--db", db, "--since", "-2x"
+    )
+    assert "--before: cannot read '0s' as a positive duration; fix: use e.g." in one_line_error(
+        "audit", "incident", "1", "--before", "0s", "--db", db
     )
     equal = one_line_error("history", "--db", db, "--since", "now")
     assert "--since 'now' and --until 'now' are the same time (" in equal
-    assert equal.endswith("); widen the range\n") and "swap" not in equal
+    assert equal.endswith("); fix: widen the range\n") and "swap" not in equal
     assert "--older-than: cannot read '30 days ago'" in one_line_error(
         "audit", "prune", "--older-than", "30 days ago", "--db", db
     )
     # pandas reads a bare number as nanoseconds: this prune deleted every row
-    assert "--older-than: cannot read '30' as a duration; write a number and a unit" in (
+    assert "--older-than: cannot read '30' as a duration; fix: write a number and a unit" in (
         one_line_error("audit", "prune", "--older-than", "30", "--db", db)
     )
     assert "--before: cannot read '1ms' as a duration" in one_line_error(
@@ -253,14 +259,14 @@ def test_bad_input_gets_one_line_and_exit_2(db: str, tmp_path: Path) -> None:
     )
     # pandas read 02/03/2026 US-style (3 February), silently
     assert one_line_error("audit", "decisions", "--db", db, "--since", "02/03/2026") == (
-        f"error: --since: cannot read '02/03/2026' as a time; use {TIME_HELP}; dates are "
+        f"error: --since: cannot read '02/03/2026' as a time; fix: use {TIME_HELP}; dates are "
         "YYYY-MM-DD (slashes put day and month in either order)\n"
     )
     # pandas reads 'today' as this machine's local time, which was then labelled UTC
     assert "--since: cannot read 'today' as a time" in one_line_error(
         "audit", "decisions", "--db", db, "--since", "today"
     )
-    assert "--mode: unknown fleet mode 'rollout(ten)'" in one_line_error(
+    assert "--mode: unknown fleet mode 'rollout(ten)'; fix: use " in one_line_error(
         "audit", "decisions", "--db", db, "--mode", "rollout(ten)"
     )
     # a resume --stage 30 enters rollout(30): the answer listed the plan's stages only
@@ -361,5 +367,7 @@ def test_iso_8601_and_relative_times_are_read(text: str, moment: datetime) -> No
 
 @pytest.mark.parametrize("text", ["02/03/2026", "2026/03/02", "Mar 2 2026", "20260302", "2 March"])
 def test_other_time_forms_are_refused_not_guessed(text: str) -> None:
-    with pytest.raises(ValueError, match=r"^--until: cannot read '.*' as a time; use ISO 8601"):
+    with pytest.raises(
+        ValueError, match=r"^--until: cannot read '.*' as a time; fix: use ISO 8601"
+    ):
         parse_time(text, "--until", NOW)

@@ -239,7 +239,7 @@ def test_the_check_finds_bad_values_missing_arguments_placeholders_and_failures(
         "probe.md:6: slaguard audit incident ID extra: got unexpected extra argument(s) "
         "(extra); see 'slaguard audit incident --help'",
         "probe.md:7: slaguard history --since yesterday: exit 2: error: --since: cannot read "
-        "'yesterday' as a time; use ISO 8601 (2026-11-29T14:00Z; no zone means UTC), 'now', "
+        "'yesterday' as a time; fix: use ISO 8601 (2026-11-29T14:00Z; no zone means UTC), 'now', "
         "or relative: -2h, -30m, -7d",
         "probe.md:8: slaguard audit decisions --since -1h --target INSTANCE: placeholder "
         "INSTANCE has no value in the test",

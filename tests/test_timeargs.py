@@ -12,7 +12,7 @@ from test_audit_cli import ok, one_line_error, run_db
 from slaguard.audit.timeargs import parse_time
 
 TOO_FAR_BACK = "is too far back; relative times go back at most -36500d (100 years)"
-TOO_LONG = "is too long; durations go up to 36500d (100 years)"
+TOO_LONG = "is too long; durations go up to 36500d (100 years); fix: give a shorter one"
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,10 @@ def test_a_relative_time_past_100_years_is_refused_in_one_line(
     db: str, command: list[str], since: str
 ) -> None:
     error = one_line_error(*command, "--since", since, "--db", db)
-    assert f"error: --since: '{since}' {TOO_FAR_BACK}; write an older time as an ISO date" in error
+    assert (
+        f"error: --since: '{since}' {TOO_FAR_BACK}; fix: write an older time as an ISO date"
+        in error
+    )
 
 
 @pytest.mark.parametrize(
@@ -58,7 +61,7 @@ def test_minus_zero_is_now(db: str) -> None:
     assert "--since '-0h' and --until 'now' are the same time (" in one_line_error(
         "audit", "decisions", "--since", "-0h", "--db", db
     )
-    assert "'0h' is a duration, not a time; for 0h before now write -0h" in one_line_error(
+    assert "'0h' is a duration, not a time; fix: write -0h for 0h before now" in one_line_error(
         "audit", "decisions", "--since", "0h", "--db", db
     )
 

@@ -47,15 +47,19 @@ def parse_duration(text: str, option: str) -> timedelta:
     seconds = _duration_seconds(text)
     if seconds is None:
         raise ValueError(
-            f"{option}: cannot read {text!r} as a duration; write a number and a unit "
+            f"{option}: cannot read {text!r} as a duration; fix: write a number and a unit "
             "(s, m, h, d, w), e.g. 30d, 2h, 1h30m, 90s"
         )
     if seconds <= 0:
         raise ValueError(
-            f"{option}: cannot read {text!r} as a positive duration; use e.g. 30d, 2h, 30m, 90s"
+            f"{option}: cannot read {text!r} as a positive duration; fix: use e.g. 30d, 2h, "
+            "30m, 90s"
         )
     if seconds > _MAX_DURATION_S:
-        raise ValueError(f"{option}: {text!r} is too long; durations go up to {_MAX_TEXT}")
+        raise ValueError(
+            f"{option}: {text!r} is too long; durations go up to {_MAX_TEXT}; fix: give a "
+            "shorter one"
+        )
     return timedelta(seconds=seconds)
 
 
@@ -68,23 +72,23 @@ def parse_time(text: str, option: str, now: datetime) -> datetime:
     if stripped.startswith("-"):
         seconds = _duration_seconds(stripped[1:])
         if seconds is None:
-            raise ValueError(f"{option}: cannot read {text!r}; use {TIME_HELP}")
+            raise ValueError(f"{option}: cannot read {text!r}; fix: use {TIME_HELP}")
         if seconds > _MAX_DURATION_S:
             raise ValueError(
                 f"{option}: {text!r} is too far back; relative times go back at most "
-                f"-{_MAX_TEXT}; write an older time as an ISO date, e.g. 1900-01-01"
+                f"-{_MAX_TEXT}; fix: write an older time as an ISO date, e.g. 1900-01-01"
             )
         return now - timedelta(seconds=seconds)
     if _BARE_DURATION.fullmatch(stripped) and _duration_seconds(stripped) is not None:
         # pandas reads "1h" as 01:00 on 1 January of year 1: refuse rather than misread
         raise ValueError(
-            f"{option}: {text!r} is a duration, not a time; for {stripped} before now "
-            f"write -{stripped}"
+            f"{option}: {text!r} is a duration, not a time; fix: write -{stripped} for "
+            f"{stripped} before now"
         )
     if not _ISO_TIME.fullmatch(stripped):
         slashes = "; dates are YYYY-MM-DD (slashes put day and month in either order)"
         raise ValueError(
-            f"{option}: cannot read {text!r} as a time; use {TIME_HELP}"
+            f"{option}: cannot read {text!r} as a time; fix: use {TIME_HELP}"
             f"{slashes if '/' in text else ''}"
         )
     import pandas as pd  # type: ignore[import-untyped]  # here: `status` parses no times
@@ -94,7 +98,7 @@ def parse_time(text: str, option: str, now: datetime) -> datetime:
     except (ValueError, TypeError):
         stamp = pd.NaT
     if stamp is pd.NaT:
-        raise ValueError(f"{option}: cannot read {text!r} as a time; use {TIME_HELP}")
+        raise ValueError(f"{option}: cannot read {text!r} as a time; fix: use {TIME_HELP}")
     try:
         stamp = stamp.tz_localize(UTC) if stamp.tzinfo is None else stamp.tz_convert(UTC)
         moment: datetime = stamp.to_pydatetime()
@@ -112,12 +116,12 @@ def parse_range(since: str, until: str, now: datetime) -> tuple[datetime, dateti
     if end == start:
         raise ValueError(
             f"--since {since!r} and --until {until!r} are the same time "
-            f"({iso_utc(start)}); widen the range"
+            f"({iso_utc(start)}); fix: widen the range"
         )
     if end < start:
         raise ValueError(
             f"--since {since!r} ({iso_utc(start)}) is not before --until {until!r} "
-            f"({iso_utc(end)}); swap them or widen the range"
+            f"({iso_utc(end)}); fix: swap them or widen the range"
         )
     return start, end
 

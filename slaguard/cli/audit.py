@@ -142,7 +142,7 @@ def _mode_label(label: str) -> str:
         return FleetMode.parse(label.replace("-", "_")).label
     except ValueError:
         fail(
-            f"--mode: unknown fleet mode {label!r}; use round_robin, held_round_robin "
+            f"--mode: unknown fleet mode {label!r}; fix: use round_robin, held_round_robin "
             "(or round-robin, held-round-robin), learned or rollout(N) with N in 1..100 (the "
             "plan's stages: 10, 50, 100; a resume --stage can enter any)"
         )
