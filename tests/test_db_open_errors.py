@@ -115,3 +115,31 @@ def test_a_password_given_as_a_url_option_is_masked(db: str, shown: str) -> None
     result = CliRunner().invoke(app, ["status", "--db", db])
     assert result.exit_code == 2 and result.stdout == "", result.output
     assert result.stderr.startswith(shown) and "s3cret" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "option"),
+    [
+        (["audit", "decisions", "--db", "postgresql+psycopg://postgres@127.0.0.1:1/x"], {}, "--db"),
+        (
+            ["status"],
+            {"SLAGUARD_DB": "postgresql+psycopg://postgres@127.0.0.1:1/x"},
+            "$SLAGUARD_DB",
+        ),
+    ],
+)
+def test_an_unreachable_server_gets_a_fix(
+    args: list[str], env: dict[str, str], option: str
+) -> None:
+    """A wrong port (nothing listens on 1) ended '; check --db', no 'fix:' and no word of
+    what to check."""
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: cannot reach database postgresql+psycopg://"), (
+        result.stderr
+    )
+    assert result.stderr.endswith(
+        f"; fix: check the host, port, user and database name in {option}, and that the "
+        "server is up\n"
+    ), result.stderr

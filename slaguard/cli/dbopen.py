@@ -72,10 +72,15 @@ def connect(
             conn.execute(text("SELECT 1"))
     except SQLAlchemyError as exc:
         unreachable = f"cannot reach database {shown_url(url)}: {error_line(exc)}"
+        what = (
+            "the host, port, user and database name in {}, and that the server is up"
+            if path is None
+            else "{} and the SQLite file it names"
+        )
         fail(
             _not_sqlite(exc, path, option, create)
             or _unreadable_directory(url, option)
-            or f"{unreachable}; check {option}"
+            or f"{unreachable}; fix: check {what.format(option)}"
         )
     return engine
 
