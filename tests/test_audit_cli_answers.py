@@ -65,6 +65,20 @@ def test_an_empty_answer_to_an_unknown_target_or_model_says_so(db: str) -> None:
         assert decisions(*WINDOW, "--mode", spelt, "--limit", "0") == (want, "")
 
 
+def test_a_model_with_its_release_points_at_the_model(db: str) -> None:
+    """A cold-start incident names `model:llama3.1-70b@v2`; `--model llama3.1-70b@v2`
+    matched nothing and the note offered the known ids without saying why."""
+    result = runner.invoke(
+        app, ["audit", "decisions", "--db", db, *WINDOW, "-f", "json", "--model", "llama3.1-70b@v2"]
+    )
+    assert result.exit_code == 0 and json.loads(result.stdout) == [], result.output
+    assert result.stderr == (
+        "note: --model 'llama3.1-70b@v2' is unknown: decisions record the model without "
+        "its release (@v2, as a cold_start incident's subject names it); fix: --model "
+        "llama3.1-70b\n"
+    )
+
+
 def test_shares_on_the_built_in_fleet_for_a_run_on_a_smaller_one_are_flagged(
     tmp_path: Path,
 ) -> None:

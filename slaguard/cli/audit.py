@@ -166,7 +166,13 @@ def _note_unknown_ids(
         models = sorted(
             fleet_models | set(_answer(lambda: known.models_between(engine, start, end)))
         )
-        if model not in models:
+        base, at, release = model.partition("@")
+        if model not in models and at and base in models:
+            unknown.append(
+                f"--model {model!r} is unknown: decisions record the model without its release "
+                f"(@{release}, as a cold_start incident's subject names it); fix: --model {base}"
+            )
+        elif model not in models:
             unknown.append(
                 f"--model {model!r} is unknown: neither the built-in fleet nor a decision in "
                 f"this range names it ({_nearest(model, models)})"
