@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from test_audit_cli import EMPTY, RUN, START_S, WINDOW, ok, one_line_error, run_db, runner
 
@@ -218,3 +219,36 @@ def test_an_unknown_guard_id_names_the_ones_held_and_the_fix(db: str, tmp_path: 
         "name (this database holds inc-72-1, inc-456-2), or an audit id `slaguard incidents` "
         "lists\n"
     )
+
+
+def test_an_empty_answer_in_parquet_keeps_the_column_types(db: str, tmp_path: Path) -> None:
+    """An empty answer's columns were untyped, written to parquet as `null`: a folder of
+    daily exports whose first day was quiet could not be read back (pandas: 'Unsupported
+    cast from large_string to null'), and `decided_at` was no UTC timestamp."""
+    copy = tmp_path / "copy.db"
+    shutil.copy(db, copy)
+    engine = create_audit_engine(f"sqlite:///{copy}")
+    long_ago = START_S - 30 * 86400
+    quiet = open_incident(
+        engine, IncidentRecord(long_ago, "hot_spot", "ticket", "x", resolved_at_s=long_ago + 60)
+    )
+    engine.dispose()
+    asked = {
+        "decisions": (["audit", "decisions", "--limit", "0"], WINDOW, EMPTY),
+        "summary": (["audit", "summary"], WINDOW, EMPTY),
+        "incident": (["audit", "incident"], ["1"], [str(quiet)]),
+    }
+    for name, (command, full, empty) in asked.items():
+        days = tmp_path / name
+        days.mkdir()
+        for day, window in (("0-quiet", empty), ("1-busy", full)):
+            out = days / f"{day}.parquet"
+            ok(*command, *window, "--db", str(copy), "-f", "parquet", "-o", str(out))
+        quiet_schema = pq.read_schema(days / "0-quiet.parquet")
+        busy_schema = pq.read_schema(days / "1-busy.parquet")
+        assert quiet_schema.remove_metadata() == busy_schema.remove_metadata(), name
+        both = pd.read_parquet(days)
+        assert len(both) == len(pd.read_parquet(days / "1-busy.parquet")) > 10, name
+    assert str(
+        pq.read_schema(tmp_path / "decisions" / "0-quiet.parquet").field("decided_at").type
+    ) == ("timestamp[us, tz=UTC]")

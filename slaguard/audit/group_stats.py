@@ -26,6 +26,7 @@ from sqlalchemy import (
     text,
 )
 
+from slaguard.audit.frames import read_frame
 from slaguard.audit.models import Decision, Outcome
 from slaguard.fleet.fleet import Fleet
 
@@ -83,9 +84,9 @@ def grouped_stats(
             func.percentile_cont(0.5).within_group(Outcome.ttft_s).label("ttft_p50_s"),
             func.percentile_cont(0.99).within_group(Outcome.ttft_s).label("ttft_p99_s"),
         )
-        frame = pd.read_sql(counts, conn)
+        frame = read_frame(counts, conn)
     else:
-        frame = pd.read_sql(counts, conn)
+        frame = read_frame(counts, conn)
         names = list(frame.columns[: len(keys)])
         ttft = pd.read_sql(
             select(*keys, Outcome.ttft_s)

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd  # type: ignore[import-untyped]
 from sqlalchemy import Engine, and_, delete, exists, func, select
 
+from slaguard.audit.frames import read_frame
 from slaguard.audit.group_stats import TargetCapacity, decided_between, grouped_stats, with_shares
 from slaguard.audit.models import Decision, Outcome
 
@@ -73,7 +74,7 @@ def decisions(
     if limit:
         stmt = stmt.limit(limit)
     with engine.connect() as conn:
-        return pd.read_sql(stmt, conn)
+        return read_frame(stmt, conn)
 
 
 @dataclass(frozen=True)
