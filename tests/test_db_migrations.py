@@ -56,7 +56,7 @@ def empty_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
 
 
 def test_upgrade_from_empty_and_from_first_revision_reaches_head(empty_engine: Engine) -> None:
-    with pytest.raises(SchemaNotCurrentError, match="has no slaguard schema; run `slaguard db"):
+    with pytest.raises(SchemaNotCurrentError, match="no slaguard schema; fix: run `slaguard db"):
         require_current_schema(empty_engine)
     upgrade(empty_engine, FIRST)
     with pytest.raises(SchemaNotCurrentError, match=f"at schema revision {FIRST}.*db upgrade"):
@@ -227,6 +227,8 @@ def test_db_cli_reports_a_stale_schema_and_unreachable_server(tmp_path: Path) ->
     assert result.exit_code == 2
     assert result.output.count("\n") == 1
     assert f"at schema revision {FIRST}" in result.output
+    # the fix was given without the "fix:" every other one-line error carries
+    assert result.output.endswith(f"; fix: run `slaguard db upgrade --db sqlite:///{db}`\n")
     result = runner.invoke(
         app, ["db", "current", "--db", "postgresql+psycopg://postgres@127.0.0.1:1/nowhere"]
     )

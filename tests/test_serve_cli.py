@@ -279,7 +279,8 @@ def test_a_schema_behind_with_migrate_off_is_logged_once_at_start(tmp_path: Path
     errors = [line for line in text.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and errors[0].endswith(
         f"not ready: database sqlite:///{db} is at schema revision 0001_audit_log, this "
-        f"slaguard needs 0004_guard_router_inputs; {fix}; serving meanwhile, with /readyz 503 and "
+        f"slaguard needs 0004_guard_router_inputs; fix: {fix}; serving meanwhile, with /readyz "
+        "503 and "
         "decisions in the spill journal until the schema is current"
     ), text
     assert " INFO slaguard.service.bootstrap: incident messages go to Slack channel C123 " in text

@@ -125,10 +125,10 @@ def require_current_schema(engine: Engine) -> None:
     _refuse_unknown(engine, current)
     if current is None:
         raise SchemaNotCurrentError(
-            f"database {url} has no slaguard schema; run `slaguard db upgrade --db {url}`",
+            f"database {url} has no slaguard schema; fix: run `slaguard db upgrade --db {url}`",
             missing=True,
         )
     raise SchemaNotCurrentError(
         f"database {url} is at schema revision {current}, this slaguard needs {head}; "
-        f"run `slaguard db upgrade --db {url}`"
+        f"fix: run `slaguard db upgrade --db {url}`"
     )
