@@ -252,3 +252,28 @@ def test_an_empty_answer_in_parquet_keeps_the_column_types(db: str, tmp_path: Pa
     assert str(
         pq.read_schema(tmp_path / "decisions" / "0-quiet.parquet").field("decided_at").type
     ) == ("timestamp[us, tz=UTC]")
+
+
+def test_history_and_incidents_in_parquet_keep_their_column_types(db: str, tmp_path: Path) -> None:
+    """`history` and `incidents` typed each column from its values: a quiet window's
+    export, and an open incident's `resolved_at` or a run without Slack's `slack_ts`
+    (all empty), were written as `null`, unlike the same columns of a busy export."""
+    copy = tmp_path / "copy.db"
+    shutil.copy(db, copy)
+    engine = create_audit_engine(f"sqlite:///{copy}")
+    open_incident(engine, IncidentRecord(START_S + 3000, "hot_spot", "critical", "prefix:p"))
+    engine.dispose()
+    asked = {
+        "history": (["history", *EMPTY], ["history", *WINDOW]),
+        "incidents": (["incidents", "--since", "2030-01-01"], ["incidents"]),
+        "open": (["incidents", "--open"], ["incidents"]),
+    }
+    for name, (quiet, busy) in asked.items():
+        schemas = []
+        for day, args in (("quiet", quiet), ("busy", busy)):
+            out = tmp_path / f"{name}-{day}.parquet"
+            ok(*args, "--db", str(copy), "-f", "parquet", "-o", str(out))
+            schemas.append(pq.read_schema(out).remove_metadata())
+        assert schemas[0] == schemas[1], name
+        for field in schemas[0]:
+            assert str(field.type) != "null", (name, field.name)

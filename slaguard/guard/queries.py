@@ -15,6 +15,17 @@ from slaguard.guard.status_rows import INCIDENT_COLUMNS, incident_rows
 from slaguard.guard.store import is_simulated, transition_kind
 
 HISTORY_COLUMNS = ["at", "from_mode", "to_mode", "kind", "actor", "reason", "incident_id"]
+_TEXT = "str"
+_TIME = "datetime64[us, UTC]"
+HISTORY_DTYPES = {"at": _TIME, **{c: _TEXT for c in HISTORY_COLUMNS[1:-1]}}
+INCIDENT_DTYPES = {
+    "id": "int64", "opened_at": _TIME, "resolved_at": _TIME, "detector": _TEXT,
+    "severity": _TEXT, "subject": _TEXT, "summary": _TEXT, "notification_state": _TEXT,
+    "messages_sent": "int64", "messages_waiting": "int64", "slack_ts": _TEXT,
+}  # fmt: skip
+"""Each column's type whatever its values: from the values alone, a quiet window's
+columns, an open incident's `resolved_at` and a run without Slack's `slack_ts` were
+untyped, written to parquet as `null`."""
 
 
 def mode_history(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
@@ -45,9 +56,11 @@ def mode_history(engine: Engine, since: datetime, until: datetime) -> pd.DataFra
         }
         for at, a, b, evidence, actor, reason, incident in rows
     ]
-    frame = pd.DataFrame.from_records(records, columns=HISTORY_COLUMNS)
-    # object, not float: ids print as 7 (not 7.0) and a missing one as "-"
-    frame["incident_id"] = pd.Series([r["incident_id"] for r in records], dtype=object)
+    frame = pd.DataFrame.from_records(records, columns=HISTORY_COLUMNS).astype(HISTORY_DTYPES)
+    # object, not float: ids print as 7 (not 7.0) and a missing one as "-"; none at all
+    # is typed still (parquet wrote it as `null`)
+    ids = [r["incident_id"] for r in records]
+    frame["incident_id"] = pd.Series(ids, dtype=object if ids else "Int64")
     return frame
 
 
@@ -64,4 +77,4 @@ def incident_list(
 ) -> pd.DataFrame:
     """Incidents (unresolved ones only with `open_only`), newest first."""
     rows = incident_rows(engine, open_only=open_only, since=since)
-    return pd.DataFrame.from_records(rows, columns=INCIDENT_COLUMNS)
+    return pd.DataFrame.from_records(rows, columns=INCIDENT_COLUMNS).astype(INCIDENT_DTYPES)
