@@ -49,6 +49,23 @@ def test_memory_bound_rejects_above_92_percent(sched: Scheduler) -> None:
     assert entry["limit_gb"] == pytest.approx(0.92 * 80)
 
 
+def test_the_shown_memory_figures_obey_the_rule_they_explain(sched: Scheduler) -> None:
+    """`audit explain` showed the model's weights in v_h as well as in v_peak: an eligible
+    h100-70b read 168.5 + 149.3 GB against a 294.4 GB limit. As in the scheduler spec's
+    formula, v_peak holds the weights (and activation buffers) and v_h the KV in use."""
+    t = sched.fleet.target("h200-8b")
+    r = req(prompt=4000, gen=1000)
+    v_peak = 131_072 * 5000 / 1e9
+    sched.state.refresh(t.index, 0.0, kv_used_gb=t.kv_budget_gb - v_peak)  # at the bound
+    shown = sched.decide(r, 0.0, LEARNED).explanation.to_dict()["candidates"]
+    entry = next(c for c in shown if c["target"] == t.id)
+    assert entry["v_h_gb"] == pytest.approx(t.kv_budget_gb - v_peak, abs=1e-3)
+    assert entry["v_peak_gb"] == pytest.approx(t.static_gb + v_peak, abs=1e-3)
+    assert entry["v_h_gb"] + entry["v_peak_gb"] == pytest.approx(entry["limit_gb"], abs=2e-3)
+    for c in shown:
+        assert c["v_h_gb"] + c["v_peak_gb"] <= c["limit_gb"] + 2e-3, c
+
+
 def test_long_prompt_prefers_compute_and_nvlink(sched: Scheduler) -> None:
     d = sched.decide(req(prompt=30_000, gen=200, model="llama3.1-70b"), 0.0, LEARNED)
     assert d.target is not None and d.target.card.id == "h100"

@@ -93,9 +93,12 @@ def render_explanation(
     ok = e.reasons == 0
     chosen = e.candidates[ok]
     cand = chosen.tolist()
-    v_used = e.v_used_gb[ok].round(3).tolist()
+    # As the spec's rule reads, `v_h + v_peak > 0.92 x V_h`: v_peak holds the weights and
+    # activation buffers (the static reservation), v_h the KV in use.
+    static = static_gb[chosen]
+    v_used = (e.v_used_gb[ok] - static).round(3).tolist()
     limit = e.limit_gb[ok].round(3).tolist()
-    v_peak = (static_gb[chosen] + e.v_peak_gb).round(3).tolist()
+    v_peak = (static + e.v_peak_gb).round(3).tolist()
     cands: list[dict[str, Any]] = [
         {"target": target_ids[c], "card": card_ids[c], "v_h_gb": v, "v_peak_gb": p,
          "limit_gb": lim}

@@ -1,9 +1,11 @@
 """The hardware picture the router reads: one row per target, refreshed every 100 ms.
 
 Columns live in one numpy array so the router gathers a candidate set in one indexing
-operation. `kv_used_gb` is the dynamic part of `v_h` (KV of admitted requests); the
-static reservation (weights + activation buffers) is known from the fleet, so
-`v_h = static_gb + kv_used_gb`. Telemetry that reports total memory is converted on entry.
+operation. `kv_used_gb` is the KV of admitted requests; the static reservation (weights +
+activation buffers) is known from the fleet, so the card's memory in use is
+`static_gb + kv_used_gb`. (The spec's memory rule `v_h + v_peak > 0.92 x V_h` counts the
+static reservation in `v_peak`, its `v_h` being the KV in use; explanations show them so.)
+Telemetry that reports total memory is converted on entry.
 """
 
 from __future__ import annotations
