@@ -167,3 +167,29 @@ def test_a_version_is_judged_only_in_its_first_five_minutes() -> None:
     reports = _feed(ColdStartDetector(), 1.8, 0, new_at=600.0)
     late = [t for t, r in reports if t >= 900.0 and r.evidence["young_versions"]]  # type: ignore[attr-defined]
     assert late == []
+
+
+def test_the_trip_gives_the_shift_since_it_rose_not_the_lifetime_average() -> None:
+    """A release fast for its first 120 s, then 2x slower: the summary said "TTFT drifted
+    above the baseline (TTFT x0.87 ...)", the lifetime mean, which read as a contradiction.
+    It gives the slowdown over the samples since the drift began, and the lifetime one."""
+    rng = np.random.default_rng(7)
+    det = ColdStartDetector()
+    verdict = None
+    for i in range(12_000):
+        t = i * 0.1
+        young = t >= 600.0
+        factor = 1.0 if not young else 0.5 if t < 720.0 else 2.0
+        ttft = 0.6 * math.exp(rng.normal(0, 0.1)) * factor
+        det.observe(_sample(t, ttft, "v2" if young else "v1", 600.0 if young else None))
+        if i % 10 == 9 and (trips := det.evaluate(t).trips):
+            verdict = trips[0]
+            break
+    assert verdict is not None
+    e = verdict.evidence
+    assert e["ttft_slowdown_vs_baseline"] < 1.0  # the lifetime mean: half its life at x0.5
+    assert e["ttft_slowdown_since_drift"] == pytest.approx(2.0, rel=0.1)
+    assert 10 <= e["samples_since_drift"] <= 300
+    shown = f"TTFT x{e['ttft_slowdown_since_drift']} over its last {e['samples_since_drift']}"
+    assert shown in verdict.summary
+    assert f"x{e['ttft_slowdown_vs_baseline']} since deployed" in verdict.summary

@@ -190,10 +190,29 @@ class ColdStartDetector:
             "sla_threshold": c.sla_threshold,
             "sla_delta": c.sla_delta,
         }
-        which = [n for n, ph in (("TTFT", young.ttft), ("SLA misses", young.sla)) if ph.alarm]
+        parts = []
+        ttft_shift, sla_shift = young.ttft.shift_since_minimum, young.sla.shift_since_minimum
+        evidence["ttft_slowdown_since_drift"] = (
+            None if ttft_shift is None else round(math.exp(ttft_shift), 3)
+        )
+        evidence["samples_since_drift"] = young.ttft.since_minimum
+        base_miss = float(young.baseline.get("miss_rate") or 0.0)
+        recent_miss = None if sla_shift is None else min(1.0, max(0.0, base_miss + sla_shift))
+        evidence["miss_rate_since_drift"] = None if recent_miss is None else round(recent_miss, 4)
+        evidence["sla_samples_since_drift"] = young.sla.since_minimum
+        if young.ttft.alarm:
+            parts.append(
+                f"TTFT x{evidence['ttft_slowdown_since_drift']} over its last "
+                f"{young.ttft.since_minimum} samples (x{slowdown} since deployed)"
+            )
+        if young.sla.alarm:
+            parts.append(
+                f"miss rate {recent_miss or 0.0:.1%} over its last {young.sla.since_minimum} "
+                f"samples against {base_miss:.1%} ({miss_rate:.1%} since deployed)"
+            )
         summary = (
-            f"new model {key} ({evidence['age_s']:.0f}s old): {' and '.join(which)} drifted above "
-            f"the {young.baseline_from} baseline (TTFT x{slowdown}, miss rate {miss_rate:.1%})"
+            f"new model {key} ({evidence['age_s']:.0f}s old) drifted above the "
+            f"{young.baseline_from} baseline: {'; '.join(parts)}"
         )
         return Verdict(
             NAME, Action.TRIP, f"model:{key}", Severity.CRITICAL, summary, now_s, evidence

@@ -26,6 +26,9 @@ class PageHinkley:
     mean: float = 0.0
     cumulative: float = 0.0
     minimum: float = 0.0
+    since_minimum: int = 0
+    """Values folded in since the cumulative sum was at its lowest: the ones the
+    statistic measures."""
 
     def update(self, value: float) -> bool:
         """Fold in one value (NaN is rejected, never read as 0); return `alarm`."""
@@ -35,7 +38,10 @@ class PageHinkley:
         self.mean += (value - self.mean) / self.count
         mu = self.mean if self.reference_mean is None else self.reference_mean
         self.cumulative += value - mu - self.delta
-        self.minimum = min(self.minimum, self.cumulative)
+        if self.cumulative <= self.minimum:
+            self.minimum, self.since_minimum = self.cumulative, 0
+        else:
+            self.since_minimum += 1
         return self.alarm
 
     @property
@@ -44,11 +50,20 @@ class PageHinkley:
         return self.cumulative - self.minimum
 
     @property
+    def shift_since_minimum(self) -> float | None:
+        """Mean of `x - mu` over the values since the lowest point (exact with a
+        `reference_mean`): the size of the shift an alarm reports, where the lifetime mean
+        dilutes it with the values before it began. None before any rise."""
+        if self.since_minimum == 0:
+            return None
+        return self.statistic / self.since_minimum + self.delta
+
+    @property
     def alarm(self) -> bool:
         """True once enough samples were seen and the statistic passed the threshold."""
         return self.count >= self.min_samples and self.statistic > self.threshold
 
     def reset(self) -> None:
         """Start over (after an alarm was handled)."""
-        self.count = 0
+        self.count = self.since_minimum = 0
         self.mean = self.cumulative = self.minimum = 0.0
