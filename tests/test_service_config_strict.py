@@ -238,3 +238,22 @@ def test_a_bounded_environment_number_that_is_not_finite_names_the_variable(
         "$SLAGUARD_SERVE_GATEWAY__CONNECT_TIMEOUT_S: gateway.connect_timeout_s: Input should be "
         "a finite number (got 'nan'); fix: correct the variable or unset it"
     )
+
+
+@pytest.mark.parametrize("value", ["1e308", "1e12", "2592001"])
+def test_a_weight_refit_period_past_thirty_days_is_refused_at_load(
+    value: str, tmp_path: Path
+) -> None:
+    """`weights_s: 1e308` passed the config and then crashed serve's start with an
+    OverflowError traceback (exit 3) when the scheduler made the job's interval."""
+    message = _file_error(tmp_path, f"loops: {{weights_s: {value}}}")
+    assert message.startswith("loops.weights_s: Input should be less than or equal to 2592000"), (
+        message
+    )
+    assert message.endswith("(or set $SLAGUARD_SERVE_LOOPS__WEIGHTS_S)"), message
+
+
+def test_a_thirty_day_weight_refit_period_is_taken(tmp_path: Path) -> None:
+    path = tmp_path / "serve.yaml"
+    path.write_text("loops: {weights_s: 2592000}\n")
+    assert load_config(path).loops.weights_s == 2_592_000

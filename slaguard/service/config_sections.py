@@ -44,6 +44,11 @@ SLAGUARD_ALERTS = frozenset(
 Alertmanager alerts may be listed in `rollback_alerts` with severities of their own."""
 
 
+WEIGHTS_S_MAX = 2_592_000
+"""30 days: a longer refit period (1e12 s) passed the config and then crashed serve's
+start with an OverflowError when the scheduler built the job's interval."""
+
+
 class _Section(BaseModel):
     """As strict as `guard:`: `Flag`s true or false, `Whole` counts as written, `Number`s
     finite (refused as such before a bound: `.nan` is not "less than or equal to 60") and
@@ -170,4 +175,9 @@ class LoopsConfig(_Section):
     """Periods of the background jobs (the scheduler's own tick/period come from its config)."""
 
     detectors_s: Number = Field(default=1.0, gt=0, le=60)
-    weights_s: Number = Field(default=3600.0, gt=0)
+    weights_s: Number = Field(
+        default=3600.0,
+        gt=0,
+        le=WEIGHTS_S_MAX,
+        description="learned-weight refit period; bounded: APScheduler overflowed on 1e12",
+    )
