@@ -143,3 +143,21 @@ def test_an_unreachable_server_gets_a_fix(
         f"; fix: check the host, port, user and database name in {option}, and that the "
         "server is up\n"
     ), result.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["status"], ["rollback", "--reason", "x"], ["db", "upgrade"], ["db", "current"]],
+)
+def test_a_directory_given_as_the_database_is_named_as_one(
+    command: list[str], tmp_path: Path
+) -> None:
+    """`--db DIR` said the SQLite file DIR "does not exist" and offered `db upgrade --db
+    DIR`, which then failed with `cannot reach database: unable to open database file`."""
+    result = CliRunner().invoke(app, [*command, "--db", str(tmp_path)])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr == (
+        f"error: --db: {tmp_path} is a directory, not a SQLite file; fix: name the database "
+        f"file, e.g. --db {tmp_path / 'slaguard.db'}\n"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -61,6 +61,7 @@ def connect(
     except DatabaseUrlError as exc:
         fail(str(exc))
     path = sqlite_path(url)
+    _refuse_directory(path, option)
     if path is not None and not create and not path.is_file():
         fail(_missing_file(path, option, defaulted=not db and not os.environ.get(DB_ENV_VAR)))
     if create:
@@ -156,11 +157,25 @@ def _missing_file(path: Path, option: str, *, defaulted: bool) -> str:
     )
 
 
+def _refuse_directory(path: Path | None, option: str) -> None:
+    """A directory given as the SQLite file: read commands called it missing and offered
+    `db upgrade`, which then said only "unable to open database file", and `serve`
+    started unready on it."""
+    if path is not None and path.is_dir():
+        example = path / "slaguard.db"
+        give = f"{option} {example}" if option.startswith("--") else f"{example} there"
+        fail(
+            f"{option}: {path} is a directory, not a SQLite file; fix: name the database "
+            f"file, e.g. {give}"
+        )
+
+
 def check_sqlite_directory(url: URL, option: str) -> None:
     """A SQLite file slaguard may create needs its directory: SQLite only says "unable to
     open database file", and `serve` went on half-started (its spill journal then made the
     directory, and a later connection the file, readable by anyone)."""
     path = sqlite_path(url)
+    _refuse_directory(path, option)
     if path is not None and not path.parent.is_dir():
         why = "is not a directory" if path.parent.exists() else "does not exist"
         fail(f"{option}: {path.parent} {why}; fix: create the directory or pick another path")
