@@ -180,6 +180,26 @@ def test_another_alertmanager_alert_may_have_any_severity(tmp_path: Path) -> Non
     )
 
 
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("SlaguardSLAErrorBudgetBrn", " (did you mean 'SlaguardSLAErrorBudgetBurn'?)"),
+        ("slaguardSLAErrorBudgetBurn", " (did you mean 'SlaguardSLAErrorBudgetBurn'?)"),
+        ("SlagaurdSLAErrorBudgetBurn", " (did you mean 'SlaguardSLAErrorBudgetBurn'?)"),
+        ("SlaguardBurnRate", ""),
+    ],
+)
+def test_a_misspelt_slaguard_alert_is_refused(name: str, hint: str, tmp_path: Path) -> None:
+    """Taken before as another Alertmanager alert: no alert has that name, so the burn page
+    rolled nothing back, and the severity check was skipped for it as well."""
+    (tmp_path / "serve.yaml").write_text(f"alertmanager:\n  rollback_alerts: [{name}]\n")
+    assert _error(tmp_path / "serve.yaml") == (
+        f"{tmp_path / 'serve.yaml'}: alertmanager.rollback_alerts: {name!r} is not one of "
+        "slaguard's alerts (alerts/*.yml), so no alert would roll back under that name; fix: "
+        f"write the alert's name as its rule does{hint}"
+    )
+
+
 def test_slaguard_alerts_are_those_of_the_alert_rules() -> None:
     """The names the severity check treats as slaguard's own, and their severities."""
     names: set[str] = set()

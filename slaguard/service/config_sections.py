@@ -149,6 +149,26 @@ class AlertmanagerConfig(_Section):
         "Alertmanager receiver shared by several fleets; unset, every fleet's alerts act",
     )
 
+    @field_validator("rollback_alerts")
+    @classmethod
+    def _no_misspelt_own_alert(cls, alerts: tuple[str, ...]) -> tuple[str, ...]:
+        """A misspelt slaguard alert (`SlaguardSLAErrorBudgetBrn`) was taken as another
+        Alertmanager alert: none has that name, so the burn page silently rolled nothing
+        back. A `Slaguard...` name, or one close to ours, must be one of ours."""
+        lowered = {name.lower(): name for name in SLAGUARD_ALERTS}
+        for name in alerts:
+            if name in SLAGUARD_ALERTS:
+                continue
+            near = difflib.get_close_matches(name.lower(), lowered, n=1, cutoff=0.85)
+            if not near and not name.lower().startswith("slaguard"):
+                continue
+            hint = f" (did you mean {lowered[near[0]]!r}?)" if near else ""
+            raise ValueError(
+                f"{name!r} is not one of slaguard's alerts (alerts/*.yml), so no alert would "
+                f"roll back under that name; fix: write the alert's name as its rule does{hint}"
+            )
+        return alerts
+
     @field_validator("rollback_severities")
     @classmethod
     def _known_severities(
