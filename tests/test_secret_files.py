@@ -131,3 +131,20 @@ def test_where_messages_go_is_said_without_the_secret(tmp_path: Path) -> None:
         "the console (stdout): no SLAGUARD_SLACK_BOT_TOKEN, SLAGUARD_SLACK_WEBHOOK_URL or "
         "SLAGUARD_NOTIFY_FILE set"
     )
+
+
+@pytest.mark.parametrize(("variable", "read", "error"), READERS)
+def test_a_secret_in_both_its_variable_and_its_file_is_refused(
+    variable: str, read: Callable[[dict[str, str]], object], error: type[Exception], tmp_path: Path
+) -> None:
+    """The variable won and the file was ignored without a word: a token rotated in the
+    mounted file went unused while an old one left in the environment stayed in force."""
+    name = variable.removesuffix("_FILE")
+    rotated = tmp_path / "secret"
+    rotated.write_text(f"https://hooks.example/new{SECRET}\n")
+    with pytest.raises(error) as info:
+        read({name: f"https://hooks.example/old{SECRET}", variable: str(rotated)})
+    assert str(info.value) == (
+        f"{name}: set, and so is {variable}: only one of them may hold the secret; fix: "
+        f"unset {name} to read {rotated}, or unset {variable}"
+    )

@@ -71,13 +71,24 @@ def read_secret_file(variable: str, file_name: str, error: type[Exception]) -> s
         raise error(f"{variable}: {exc}") from None
 
 
+def both_secret_sources(name: str, file_var: str, file_name: str) -> str:
+    """The refusal when a secret is set twice: the variable won and the file was ignored,
+    so a token rotated in a mounted file went unused while an old one stayed in force."""
+    return (
+        f"{name}: set, and so is {file_var}: only one of them may hold the secret; fix: "
+        f"unset {name} to read {file_name}, or unset {file_var}"
+    )
+
+
 def _secret(env: Mapping[str, str], name: str, what: str) -> SecretStr | None:
-    """`NAME` from the environment, else the contents of the file named by `NAME_FILE`
+    """`NAME` from the environment or the contents of the file named by `NAME_FILE` (not both)
     (surrounding whitespace, such as the file's last newline, dropped)."""
     value = _set(env, name)
+    file_name = _set(env, f"{name}_FILE")
+    if value is not None and file_name is not None:
+        raise NotifyConfigError(both_secret_sources(name, f"{name}_FILE", file_name))
     if value is not None:
         return _one_word(value, name, what)
-    file_name = _set(env, f"{name}_FILE")
     if file_name is None:
         return None
     content = read_secret_file(f"{name}_FILE", file_name, NotifyConfigError)

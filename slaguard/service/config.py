@@ -36,7 +36,7 @@ from pydantic_settings import (
 from slaguard.audit.engine import DatabaseUrlError, resolve_db_url
 from slaguard.fleet.validation import Whole
 from slaguard.guard.config import Flag, ServeGuardConfig
-from slaguard.notify.factory import read_secret_file
+from slaguard.notify.factory import both_secret_sources, read_secret_file
 from slaguard.service.config_sections import (
     AlertmanagerConfig,
     GatewayConfig,
@@ -371,20 +371,22 @@ def backend_api_key(env: Mapping[str, str] | None = None) -> SecretStr | None:
 
 
 def _env_secret(env: Mapping[str, str], name: str, *, what: str, fix: str, unset: str) -> str:
-    """`$name`, else the content of the file `$name_FILE` names; "" when neither is set.
+    """`$name` or the content of the file `$name_FILE` names (never both); "" if neither.
     Set but blank, or an empty file, is refused rather than taken as unset; so is a secret
     an HTTP header cannot carry (a client sends it as latin-1 bytes, or refuses to)."""
     value = env.get(name, "").strip()
     if name in env and not value:
         raise ServiceConfigError(f"{name}: set but blank; fix: set {fix}, or unset it {unset}")
     file_var = f"{name}_FILE"
-    if not value and file_var in env:
+    if file_var in env:
         file_name = env[file_var].strip()
         if not file_name:
             raise ServiceConfigError(
                 f"{file_var}: set but blank; fix: name the file holding the {what}, or unset "
                 f"it {unset}"
             )
+        if value:
+            raise ServiceConfigError(both_secret_sources(name, file_var, file_name))
         value = read_secret_file(file_var, file_name, ServiceConfigError)
         if not value:
             raise ServiceConfigError(
