@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 from pathlib import Path
@@ -241,6 +242,24 @@ def test_bad_utf8_is_reported_on_its_line(tmp_path: Path, suffix: str, good_line
     with pytest.raises(TraceError) as caught:
         load_trace(path)
     assert str(caught.value) == f"{path}:{line}: not UTF-8 text; fix: pass a CSV or JSONL trace"
+
+
+@pytest.mark.parametrize("trace_format", [TraceFormat.AUTO, TraceFormat.AZURE])
+@pytest.mark.parametrize("truncated", [False, True])
+def test_a_gzip_trace_is_named_as_compressed(
+    tmp_path: Path, trace_format: TraceFormat, truncated: bool
+) -> None:
+    """`trace.csv.gz`, whole or cut short by a copy, was "not UTF-8 text; fix: pass a CSV
+    or JSONL trace": the fix did not say to decompress it."""
+    packed = gzip.compress(AZURE.read_bytes())
+    path = tmp_path / "trace.csv.gz"
+    path.write_bytes(packed[: len(packed) // 3] if truncated else packed)
+    with pytest.raises(TraceError) as caught:
+        load_trace(path, trace_format)
+    assert str(caught.value) == (
+        f"{path}: compressed (gzip), not a CSV or JSONL trace; fix: decompress it first "
+        f"(gunzip -k {path}) and pass the file it gives"
+    )
 
 
 def test_missing_file_and_directory_name_the_path(tmp_path: Path) -> None:

@@ -33,6 +33,15 @@ each whole number exactly, and NaN timestamps made the replay loop forever."""
 _LIMIT_TEXT = "2^53 (9007199254740992)"
 _RANGE_TEXT = "[0, 2^53)"
 _FORMAT_FIX = "pass the format explicitly (--trace-format azure or mooncake)"
+_COMPRESSED = {
+    b"\x1f\x8b": ("gzip", "gunzip -k"),
+    b"\xfd7zXZ\x00": ("xz", "unxz -k"),
+    b"BZh": ("bzip2", "bunzip2 -k"),
+    b"\x28\xb5\x2f\xfd": ("zstd", "unzstd"),
+    b"PK\x03\x04": ("zip", "unzip"),
+}
+"""Leading bytes of the archives a trace is shipped in, with the command that unpacks
+one: read as text, each was only "not UTF-8 text"."""
 
 
 class TraceFormat(StrEnum):
@@ -60,6 +69,7 @@ def _first_content_line(path: Path) -> tuple[int, str]:
                 "not a regular file (a device, pipe or socket)",
                 "pass a trace saved on disk",
             )
+        _refuse_compressed(path)
         with path.open(encoding="utf-8") as handle:
             for number, text in enumerate(handle, start=1):
                 if text.strip():
@@ -73,6 +83,21 @@ def _first_content_line(path: Path) -> tuple[int, str]:
     except OSError as exc:
         raise _error(path, None, f"cannot read ({exc.strerror})", "check permissions") from None
     raise _error(path, 1, "trace has no requests (empty file)", "pass a non-empty trace")
+
+
+def _refuse_compressed(path: Path) -> None:
+    """A compressed trace (`trace.csv.gz`, whole or cut short) is named as such, with the
+    command that unpacks it."""
+    with path.open("rb") as handle:
+        head = handle.read(6)
+    for magic, (kind, unpack) in _COMPRESSED.items():
+        if head.startswith(magic):
+            raise _error(
+                path,
+                None,
+                f"compressed ({kind}), not a CSV or JSONL trace",
+                f"decompress it first ({unpack} {path}) and pass the file it gives",
+            )
 
 
 def _not_utf8(path: Path) -> TraceError:
