@@ -97,10 +97,26 @@ def test_azure_is_detected_by_column_names_in_any_order(tmp_path: Path, header: 
 
 
 def test_explicit_format_overrides_detection(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match=r"azure_conv_200\.csv:1: invalid JSON"):
-        load_trace(AZURE, trace_format="mooncake")
     with pytest.raises(TraceError, match="unknown trace format 'parquet'"):
         load_trace(AZURE, trace_format="parquet")
+
+
+@pytest.mark.parametrize(
+    ("path", "forced", "found"),
+    [(AZURE, "mooncake", "an Azure CSV header"), (MOONCAKE, "azure", "a JSON object (Mooncake)")],
+)
+def test_the_other_format_forced_is_named_as_the_mismatch(
+    path: Path, forced: str, found: str
+) -> None:
+    """Mooncake read as Azure was `18 cells; every row needs 17 ({"timestamp": 0,...})`,
+    Azure read as Mooncake `invalid JSON (Expecting value)`: neither named the flag."""
+    other = "azure" if forced == "mooncake" else "mooncake"
+    with pytest.raises(TraceError) as caught:
+        load_trace(path, trace_format=forced)
+    assert str(caught.value) == (
+        f"{path}:1: {found}, read as --trace-format {forced}; fix: pass --trace-format "
+        f"{other}, or leave it out to detect the format"
+    )
 
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"

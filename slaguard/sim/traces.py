@@ -118,12 +118,34 @@ def detect_format(path: str | Path) -> TraceFormat:
     any column missing."""
     p = Path(path)
     number, text = _first_content_line(p)
+    found = _sniff(text)
+    if found is None:
+        raise _error(p, number, f"cannot tell the trace format from {text[:40]!r}", _FORMAT_FIX)
+    return found
+
+
+def _sniff(text: str) -> TraceFormat | None:
+    """The format a first non-empty line shows, if any."""
     if text.startswith("{"):
         return TraceFormat.MOONCAKE
     header = {cell.strip().upper() for cell in next(csv.reader([text.lstrip("\ufeff")]))}
-    if header & {c.upper() for c in AZURE_COLUMNS}:
-        return TraceFormat.AZURE
-    raise _error(p, number, f"cannot tell the trace format from {text[:40]!r}", _FORMAT_FIX)
+    return TraceFormat.AZURE if header & {c.upper() for c in AZURE_COLUMNS} else None
+
+
+def _check_forced(path: Path, forced: TraceFormat) -> None:
+    """The other format given as --trace-format: each loader then failed on its own terms
+    (`18 cells; every row needs 17`, `invalid JSON`), never naming the flag."""
+    number, text = _first_content_line(path)
+    found = _sniff(text)
+    if found is None or found is forced:
+        return
+    what = "a JSON object (Mooncake)" if found is TraceFormat.MOONCAKE else "an Azure CSV header"
+    raise _error(
+        path,
+        number,
+        f"{what}, read as --trace-format {forced.value}",
+        f"pass --trace-format {found.value}, or leave it out to detect the format",
+    )
 
 
 def load_trace(
@@ -141,7 +163,7 @@ def load_trace(
     if fmt is TraceFormat.AUTO:
         fmt = detect_format(p)
     else:
-        _first_content_line(p)
+        _check_forced(p, fmt)
     label = name or p.stem
     if fmt is TraceFormat.AZURE:
         return load_azure_csv(p, label)
