@@ -51,8 +51,9 @@ def test_every_printed_command_runs_as_pasted_elsewhere(
     engine = create_audit_engine(f"sqlite:///{workdir / 'audit.db'}")
     upgrade(engine)
     engine.dispose()
-    targets = [
-        {"id": f"{c}-8b", "model": MODEL, "card": c, "url": "http://127.0.0.1:9"} for c in CARDS
+    targets = [  # nothing listens there: each target its own backend's address
+        {"id": f"{c}-8b", "model": MODEL, "card": c, "url": f"http://127.0.0.1:{9 + i}"}
+        for i, c in enumerate(CARDS)
     ]
     (workdir / "fleet.yaml").write_text(yaml.safe_dump({"name": "demo", "targets": targets}))
     monkeypatch.setattr(sys, "argv", [MODULE_MAIN, "demo"])

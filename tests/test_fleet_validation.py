@@ -290,3 +290,43 @@ def test_a_mistake_says_the_fix_that_is_known(doc: dict[str, object], expected: 
     with pytest.raises(FleetError) as err:
         build_fleet(doc, "fleet.yaml")
     assert str(err.value) == f"fleet.yaml: {expected}"
+
+
+_URL = "http://10.0.0.5:8000"
+
+
+@pytest.mark.parametrize(
+    ("targets", "expected"),
+    [
+        (
+            [{**_TARGET, "count": 2, "url": _URL}],
+            "targets[0].url: the 2 replicas of 'a' (count: 2) all get http://10.0.0.5:8000, "
+            "one backend the router would count 2 times; fix: put {i} in the url where each "
+            "replica's number goes (a-0 gets 0, a-1 gets 1), or list each replica as a target "
+            "with its own url",
+        ),
+        (
+            [{**_TARGET, "url": _URL}, {**_TARGET, "id": "b", "url": _URL + "/"}],
+            "targets[1].url: http://10.0.0.5:8000/ is already the backend of target 'a'; fix: "
+            "give each target the url of its own backend",
+        ),
+        (
+            [{**_TARGET, "url": "http://10.0.0.{i}:8000"}],
+            "targets[0].url: {i} stands for the replica's number, but 'a' has count 1, so it "
+            "would stay in the address as written; fix: write the backend's url without {i}",
+        ),
+    ],
+)
+def test_one_backend_given_to_two_targets_is_refused(
+    targets: list[dict[str, object]], expected: str
+) -> None:
+    """Each was taken: the scraper read the one backend's load into each target, the
+    router counted its capacity twice, and `{i}` with count 1 stayed in the address."""
+    with pytest.raises(FleetError) as err:
+        build_fleet({"targets": targets}, "fleet.yaml")
+    assert str(err.value) == f"fleet.yaml: {expected}"
+
+
+def test_replicas_with_a_numbered_url_each_get_their_own_backend() -> None:
+    fleet = build_fleet({"targets": [{**_TARGET, "count": 2, "url": "http://10.0.0.{i}:8000"}]})
+    assert [t.url for t in fleet] == ["http://10.0.0.0:8000", "http://10.0.0.1:8000"]

@@ -30,6 +30,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from slaguard.fleet.backends import REPLICA_NUMBER, replica_url, shared_backend
 from slaguard.fleet.catalogue import CardType, ModelSpec, builtin_cards, builtin_models
 from slaguard.fleet.request import Priority
 from slaguard.fleet.validation import Number, Whole, explain
@@ -95,7 +96,7 @@ class TargetSpec(BaseModel):
     def _http_url(cls, url: str | None) -> str | None:
         """A backend address the gateway and the scraper can reach (`{i}`: the index)."""
         if url is not None:
-            _HTTP_URL.validate_python(url.replace("{i}", "0"))
+            _HTTP_URL.validate_python(url.replace(REPLICA_NUMBER, "0"))
         return url
 
 
@@ -300,6 +301,9 @@ def build_fleet(raw: Any, source: str = "<fleet>") -> Fleet:
                 f"use one of {sorted(models)}",
             )
     _refuse_degrade_to_itself(source, models)
+    shared = shared_backend(spec.targets)
+    if shared is not None:
+        raise _fail(source, f"targets[{shared[0]}].url", shared[1], shared[2])
     targets: list[Target] = []
     seen: set[str] = set()
     for i, ts in enumerate(spec.targets):
@@ -328,9 +332,7 @@ def build_fleet(raw: Any, source: str = "<fleet>") -> Fleet:
                     "give every target a unique id",
                 )
             seen.add(tid)
-            url = ts.url
-            if url is not None and ts.count > 1:
-                url = url.replace("{i}", str(k))
+            url = replica_url(ts.url, ts.count, k)
             target = Target(
                 index=len(targets),
                 id=tid,
