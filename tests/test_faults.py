@@ -222,6 +222,20 @@ BAD = [
         "faults[0].output_tokens: Input should be a valid integer (got false)",
         "whole number",
     ),
+    (  # an OverflowError traceback
+        "faults:\n  - {kind: hot_prompt, start_s: 1, end_s: 2, share: 0.5, prompt_tokens: 9,"
+        " output_tokens: 99999999999999999999}\n",
+        "2",
+        "faults[0].output_tokens: Input should be less than or equal to 16777216",
+        "use a smaller value",
+    ),
+    (  # a MemoryError traceback
+        "faults:\n  - {kind: hot_prompt, start_s: 1, end_s: 2, share: 0.5,"
+        " prompt_tokens: 99999999999999999999}\n",
+        "2",
+        "faults[0].prompt_tokens: Input should be less than or equal to 16777216",
+        "use a smaller value",
+    ),
     ("faults: [\n", "2", "invalid YAML", "correct the syntax"),
     ("- a\n- b\n", "1", "not a mapping", "start the file with `faults:`"),
 ]
@@ -290,3 +304,27 @@ def test_missing_file_and_empty_schedule(fleet: Fleet) -> None:
     assert empty.latency_factor(fleet.targets[0], 5.0) == 1.0
     assert empty.arrival_rate_factor(5.0) == 1.0 and empty.hot_prompt(5.0) is None
     assert not empty.is_failed(fleet.targets[0].id, 5.0) and empty.report_rows() == []
+
+
+@pytest.mark.parametrize(
+    ("tokens", "said"),
+    [
+        ("prompt_tokens: 200000", "200000 tokens"),
+        ("prompt_tokens: 131000, output_tokens: 1000", "131000 + 1000 output_tokens = 132000"),
+    ],
+)
+def test_a_hot_prompt_no_model_of_the_fleet_can_take_is_refused(
+    fleet: Fleet, tokens: str, said: str
+) -> None:
+    """Taken before: every hot arrival was rejected, so the run rehearsed refusals (86 of
+    191 requests in a minute) instead of a hot spot, with no word why."""
+    text = f"faults:\n  - {{kind: hot_prompt, start_s: 0, end_s: 60, share: 0.5, {tokens}}}\n"
+    with pytest.raises(FaultError) as caught:
+        parse_faults(text, "s.yaml", fleet)
+    assert str(caught.value) == (
+        f"s.yaml:2: faults[0].prompt_tokens: {said} is above every context window in fleet "
+        "'default-mixed' (131072 tokens at most), so each hot prompt would be refused, not "
+        "served; fix: use at most 131072 tokens in all"
+    )
+    fits = "faults:\n  - {kind: hot_prompt, start_s: 0, end_s: 60, share: 0.5, prompt_tokens: "
+    assert parse_faults(fits + "131072}\n", "s.yaml", fleet).faults[0].kind == "hot_prompt"

@@ -34,6 +34,9 @@ ARRIVAL_KINDS = ("hot_prompt", "load_spike")
 MAX_SLOWDOWN = 1000.0
 """A card 1,000x slower has stopped; write a `fail` fault."""
 MAX_LOAD_FACTOR = 100.0
+MAX_HOT_TOKENS = 1 << 24
+"""Bound on a hot prompt's token counts before any fleet is known: 1e20 was an
+OverflowError or a MemoryError traceback (one prefix block id per 512 tokens)."""
 """Arrivals are copied in memory: x100 of an hour-long trace is already ~2M requests."""
 
 
@@ -86,8 +89,8 @@ class HotPromptFault(_Window):
     kind: Literal["hot_prompt"]
     end_s: Number
     share: Number = Field(gt=0, le=1)
-    prompt_tokens: int = Field(gt=0)
-    output_tokens: int | None = Field(default=None, gt=0)
+    prompt_tokens: int = Field(gt=0, le=MAX_HOT_TOKENS)
+    output_tokens: int | None = Field(default=None, gt=0, le=MAX_HOT_TOKENS)
 
 
 class NewModelFault(_Window):
@@ -276,8 +279,9 @@ def check_against_fleet(
     target_ids = {t.id for t in fleet.targets}
     card_types = set(fleet.card_types())
     served = {t.model.id for t in fleet.targets}
+    widest = max(t.model.context_window for t in fleet.targets)
     for i, f in enumerate(schedule.faults):
-        key = "model" if isinstance(f, NewModelFault) else "target"
+        key = {NewModelFault: "model", HotPromptFault: "prompt_tokens"}.get(type(f), "target")
         line = _node_line(root, ("faults", i, key)) if root is not None else None
         where = f"{schedule.source}:{line}" if line is not None else schedule.source
         field = f"faults[{i}]"
@@ -291,11 +295,31 @@ def check_against_fleet(
                 f"{where}: {field}.target: unknown target {f.target!r} in fleet "
                 f"{fleet.name!r}; fix: use a target id such as {sorted(target_ids)[0]!r}"
             )
+        if isinstance(f, HotPromptFault):
+            _check_hot_prompt_fits(f, f"{where}: {field}", fleet.name, widest)
         if isinstance(f, NewModelFault) and f.model not in served:
             raise FaultError(
                 f"{where}: {field}.model: model {f.model!r} is not served by fleet "
                 f"{fleet.name!r}; fix: use one of {sorted(served)}"
             )
+
+
+def _check_hot_prompt_fits(f: HotPromptFault, where: str, fleet_name: str, widest: int) -> None:
+    """A hot prompt no model of the fleet can take was rejected at every arrival, so the
+    run rehearsed refusals instead of a hot spot, with no word why."""
+    total = f.prompt_tokens + (f.output_tokens or 0)
+    if total <= widest:
+        return
+    said = (
+        f"{f.prompt_tokens} + {f.output_tokens} output_tokens = {total}"
+        if f.output_tokens
+        else f"{total} tokens"
+    )
+    raise FaultError(
+        f"{where}.prompt_tokens: {said} is above every context window in fleet "
+        f"{fleet_name!r} ({widest} tokens at most), so each hot prompt would be refused, not "
+        f"served; fix: use at most {widest} tokens in all"
+    )
 
 
 def parse_faults(text: str, source: str = "<faults>", fleet: Fleet | None = None) -> FaultSchedule:
