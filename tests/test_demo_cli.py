@@ -110,6 +110,19 @@ def test_routing_only_samples_the_fleets_own_models(tmp_path: Path) -> None:
     assert sum("(no_capacity)" in x for x in lines) == 2
 
 
+def test_routing_only_refuses_a_work_directory_it_would_not_use(tmp_path: Path) -> None:
+    """`--routing-only --workdir DIR` printed the samples and dropped --workdir without a
+    word, as `--fleet` without --routing-only was before (refused since)."""
+    work = tmp_path / "work"
+    result = CliRunner().invoke(app, ["demo", "--routing-only", "--workdir", str(work)])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr == (
+        "error: --workdir: only for the full demo (--routing-only starts no process and "
+        "writes nothing); fix: drop --workdir, or drop --routing-only\n"
+    )
+    assert not work.exists()
+
+
 def test_a_directory_holding_only_a_lock_file_is_taken(tmp_path: Path) -> None:
     """A run stopped between taking its lock and writing its mark left the lock file
     alone, and every later run was refused as "not made by the demo"."""

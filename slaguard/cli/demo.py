@@ -99,7 +99,8 @@ def demo(
     workdir: Path = path_option(
         DEFAULT_WORKDIR,
         "--workdir",
-        help="Where the full demo keeps its audit DB, configs and logs (emptied first).",
+        help="Where the full demo keeps its audit DB, configs and logs: a new or empty "
+        "directory, or an earlier demo's, which it empties first.",
     ),
 ) -> None:
     """Run the full demo (or, with --routing-only, explain sample routing decisions)."""
@@ -122,6 +123,11 @@ def demo(
         except RuntimeError as exc:
             fail(str(exc))
         return
+    if workdir != DEFAULT_WORKDIR:  # it was dropped without a word
+        fail(
+            "--workdir: only for the full demo (--routing-only starts no process and writes "
+            "nothing); fix: drop --workdir, or drop --routing-only"
+        )
     fleet = load_or_fail(fleet_file)
     console = Console()
     console.print(f"[bold]slaguard demo[/]: {escape(fleet.name)}, {len(fleet)} targets")
