@@ -332,6 +332,40 @@ def test_an_unknown_variable_is_refused_naming_the_variable_not_the_file(
     assert _error() == f"${variable}: {line}"
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "line"),
+    [
+        (
+            "SLAGUARD_SERVE_ALERTMANAGER__ROLLBACK_ALERTS",
+            "SlaguardSLAErrorBudgetBurn",
+            "alertmanager.rollback_alerts: 'SlaguardSLAErrorBudgetBurn' is not JSON, as a list "
+            "given in a variable must be; fix: write a JSON list, e.g. "
+            "SLAGUARD_SERVE_ALERTMANAGER__ROLLBACK_ALERTS='[\"SlaguardSLAErrorBudgetBurn\"]'",
+        ),
+        (
+            "SLAGUARD_SERVE_ROLLOUT__STAGES_PCT",
+            "10,50",
+            "rollout.stages_pct: '10,50' is not JSON, as a list given in a variable must be; "
+            "fix: write a JSON list, e.g. SLAGUARD_SERVE_ROLLOUT__STAGES_PCT='[10, 50, 100]'",
+        ),
+        (
+            "SLAGUARD_SERVE_TELEMETRY",
+            "{scrape: false}",
+            "telemetry: '{scrape: false}' is not JSON, as a section given in a variable must "
+            "be; fix: write a JSON object, e.g. SLAGUARD_SERVE_TELEMETRY='{\"scrape\": true}', "
+            "or set each key in its own variable, e.g. $SLAGUARD_SERVE_TELEMETRY__SCRAPE",
+        ),
+    ],
+)
+def test_a_list_or_section_variable_that_is_not_json_is_one_line(
+    variable: str, value: str, line: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pydantic-settings reads these as JSON: anything else was a SettingsError traceback,
+    exit 1, naming only the section."""
+    monkeypatch.setenv(variable, value)
+    assert _error() == f"${variable}: {line}"
+
+
 def test_a_section_given_as_json_names_its_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

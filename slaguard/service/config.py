@@ -37,6 +37,7 @@ from slaguard.audit.engine import DatabaseUrlError, resolve_db_url
 from slaguard.fleet.validation import Whole
 from slaguard.guard.config import Flag, ServeGuardConfig
 from slaguard.notify.factory import both_secret_sources, read_secret_file
+from slaguard.service.config_env_json import not_json
 from slaguard.service.config_sections import (
     AlertmanagerConfig,
     GatewayConfig,
@@ -241,7 +242,10 @@ def _check_variable_names(env: Mapping[str, str]) -> None:
                     f"${name}: {_field_path(loc[: depth + 1])}: unknown setting; fix: "
                     f"{_unknown_key_fix(loc[: depth + 1], variable=True)}"
                 )
-            inner = section.model_fields[part].annotation
+            field = section.model_fields[part]
+            if depth == len(loc) - 1 and (line := not_json(name, ".".join(loc), field, env[name])):
+                raise ServiceConfigError(line)
+            inner = field.annotation
             section = inner if isinstance(inner, type) and issubclass(inner, BaseModel) else None
 
 
