@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -240,6 +243,47 @@ def test_missing_files_and_bad_options_are_one_line(tmp_path: Path) -> None:
     # refused before the run, not after it (the whole summary printed, then the error)
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.startswith(f"error: --report-json: {unwritable.parent} does not exist")
+
+
+def _small_files() -> None:
+    """In the child: any file written past 1,000 bytes fails (EFBIG), as on a full disk."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+
+
+def test_a_report_that_cannot_be_written_whole_leaves_the_previous_one(tmp_path: Path) -> None:
+    """A write that failed part way (a full disk) left the first 1,000 bytes of the new
+    report in place of the previous one: neither was readable."""
+    report = tmp_path / "report.json"
+    report.write_text('{"previous": "report"}\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "slaguard", "simulate", "--trace", str(AZURE_FIXTURE),
+         "--duration", "5", "--report-json", str(report)],
+        capture_output=True, text=True, preexec_fn=_small_files,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        f"error: --report-json: cannot write {report}: File too large; fix: write somewhere else"
+    )
+    assert report.read_text() == '{"previous": "report"}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
+def test_a_report_to_a_device_or_through_a_link_keeps_them(tmp_path: Path) -> None:
+    """Written beside and renamed over, the report must not replace /dev/null with a file
+    (as root, it could), nor a symbolic link with one: the device is written to and the
+    link's file replaced."""
+    (tmp_path / "real.json").write_text("old\n")
+    (tmp_path / "link.json").symlink_to("real.json")
+    for target in (Path(os.devnull), tmp_path / "link.json"):
+        args = ["simulate", "--trace", str(AZURE_FIXTURE), "--duration", "5"]
+        result = runner.invoke(app, [*args, "--report-json", str(target)])
+        assert result.exit_code == 0, result.output
+    assert Path(os.devnull).is_char_device()
+    assert (tmp_path / "link.json").is_symlink()
+    assert json.loads((tmp_path / "real.json").read_text())["trace"]["requests"] == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "real.json"]
 
 
 def test_a_real_process_prints_one_line_and_exits_2(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from slaguard.audit.timeargs import TIME_HELP, parse_duration, parse_range, span
 from slaguard.cli.dbopen import DbOption, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
-from slaguard.cli.output import check_output, check_writable, writing
+from slaguard.cli.output import check_output, check_writable, writing, writing_to
 from slaguard.cli.paths import path_option
 from slaguard.plaintext import visible
 from slaguard.scheduler.rollout import FleetMode
@@ -122,8 +122,8 @@ def decisions_command(
         _note_unknown_ids(engine, start, end, target, model)
     if fmt is OutputFormat.TABLE:
         frame = frame[list(TABLE_DECISION_COLUMNS)]
-    with writing(output):
-        emit_frame(frame, fmt, output, f"decisions {span_title(start, end)}")
+    with writing(output) as out:
+        emit_frame(frame, fmt, out, f"decisions {span_title(start, end)}")
 
 
 def _policy_arm(arm: str) -> str:
@@ -203,8 +203,8 @@ def explain_command(
     check_output(fmt, output)
     engine = open_audit_db(db)
     found = _answer(lambda: _explained(engine, request_id))
-    with writing(output):
-        emit_explanation(found, fmt, output)
+    with writing(output) as out:
+        emit_explanation(found, fmt, out)
 
 
 def _explained(engine: Engine, request_id: str) -> DecisionExplanation:
@@ -236,8 +236,8 @@ def summary_command(
     engine = open_audit_db(db)
     frame = _answer(lambda: service.summary(engine, start, end, capacity))
     _warn_targets_outside(frame, capacity, fleet_file)
-    with writing(output):
-        emit_frame(frame, fmt, output, f"summary {span_title(start, end)}")
+    with writing(output) as out:
+        emit_frame(frame, fmt, out, f"summary {span_title(start, end)}")
 
 
 def _incident_ref(value: str) -> str:
@@ -297,8 +297,8 @@ def incident_command(
         )
     )
     _warn_targets_outside(timeline.per_target, capacity, fleet_file)
-    with writing(output):
-        emit_timeline(timeline, fmt, output)
+    with writing(output) as out:
+        emit_timeline(timeline, fmt, out)
     if timeline.per_target.empty:
         start, end = timeline.window
         typer.echo(
@@ -318,9 +318,9 @@ def incident_command(
         in_force = None
         if timeline.mode_changes.empty:
             in_force = _answer(lambda: mode_in_force(engine, timeline))
-        with writing(plot, "--plot"):
+        with writing_to(plot, "--plot") as png:
             plot_incident(
-                timeline, series, plot, now, mode_in_force=in_force, subject_targets=covered
+                timeline, series, png, now, mode_in_force=in_force, subject_targets=covered
             )
         typer.echo(f"plot written to {plot}", err=True)
 

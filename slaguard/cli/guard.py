@@ -45,8 +45,8 @@ def history(
     check_output(fmt, output)
     engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
     frame = query_or_fail(engine, lambda: mode_history(engine, start, end))
-    with writing(output):
-        emit_frame(frame, fmt, output, f"mode switches {span_title(start, end)}")
+    with writing(output) as out:
+        emit_frame(frame, fmt, out, f"mode switches {span_title(start, end)}")
 
 
 def incidents(
@@ -66,5 +66,5 @@ def incidents(
     check_output(fmt, output)
     engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
     frame = query_or_fail(engine, lambda: incident_list(engine, open_only=open_only, since=start))
-    with writing(output):
-        emit_frame(frame, fmt, output, "open incidents" if open_only else "incidents")
+    with writing(output) as out:
+        emit_frame(frame, fmt, out, "open incidents" if open_only else "incidents")

@@ -34,12 +34,28 @@ def check_writable(path: Path, option: str) -> None:
 
 
 @contextmanager
-def writing(path: Path | None, option: str = "--output") -> Iterator[None]:
-    """A failed write to `path` (a full disk, a vanished directory) as one line, exit 2."""
+def writing(path: Path | None, option: str = "--output") -> Iterator[Path | None]:
+    """`writing_to(path)`, or stdout's None when no file is given."""
     if path is None:
-        yield
+        yield None
         return
+    with writing_to(path, option) as partial:
+        yield partial
+
+
+@contextmanager
+def writing_to(path: Path, option: str) -> Iterator[Path]:
+    """The file to write for `path`: a partial one beside it, put in its place only once
+    whole, so a failed write (a full disk) leaves the previous file as it was, where it
+    left the new one's first bytes. The failure is one line, exit 2."""
+    direct = path.exists() and not path.is_file()  # /dev/null, /dev/stdout, a FIFO
+    real = path.resolve()  # a symbolic link's file is replaced, not the link
+    partial = real.with_name(f".{real.stem}.partial-{os.getpid()}{real.suffix}")
     try:
-        yield
+        yield path if direct else partial
+        if not direct and partial.exists():  # a writer that wrote nothing leaves `path`
+            os.replace(partial, real)
     except OSError as exc:
         fail(f"{option}: cannot write {path}: {exc.strerror or exc}; fix: write somewhere else")
+    finally:
+        partial.unlink(missing_ok=True)

@@ -18,7 +18,7 @@ from slaguard.audit.engine import (
 )
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
-from slaguard.cli.output import check_writable, writing
+from slaguard.cli.output import check_writable, writing_to
 from slaguard.cli.paths import db_option, path_option
 from slaguard.cli.simulate_audit import audit_sink, drain, finish_audit, left_in_journal
 from slaguard.cli.stops import Stopped, StopSignals
@@ -274,8 +274,8 @@ def simulate(
             extra=extra,
         )
         if report_json is not None:
-            with writing(report_json, "--report-json"):
-                report_json.write_text(json.dumps(report, indent=2) + "\n")
+            with writing_to(report_json, "--report-json") as out:
+                out.write_text(json.dumps(report, indent=2) + "\n")
             print(f"report written to {report_json}", file=sys.stderr)
         if sink is not None:
             finish_audit(sink, report, fleet_file, stops)
