@@ -22,7 +22,9 @@ def emulate(
     port: int = typer.Option(8000, "--port", help="Listen port (1 to 65535)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Listen address."),
     speedup: float = typer.Option(
-        1.0, "--speedup", help="Run this many times faster than the card (tests, demos)."
+        1.0,
+        "--speedup",
+        help="Run this many times faster than the card (tests, demos): above 0, at most 10000.",
     ),
 ) -> None:
     """Serve an OpenAI-compatible emulated replica with vLLM-style /metrics."""

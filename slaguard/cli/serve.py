@@ -160,7 +160,9 @@ def serve(
     fleet_file: Path | None = path_option(None, "--fleet", help="Fleet file (default: built-in)."),
     db: str | None = typer.Option(None, "--db", help="Audit DB URL or SQLite file path."),
     host: str | None = typer.Option(None, "--host", help="Listen address (default 127.0.0.1)."),
-    port: int | None = typer.Option(None, "--port", help="Listen port (default 8080)."),
+    port: int | None = typer.Option(
+        None, "--port", help="Listen port (default 8080; 0: any free port)."
+    ),
 ) -> None:
     """Serve the routing API and the OpenAI-compatible gateway."""
     spill: Path | None = None

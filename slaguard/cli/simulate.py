@@ -223,7 +223,9 @@ def simulate(
     ),
     report_json: Path | None = path_option(None, "--report-json", help="Write the report."),
     audit_db: str | None = db_option(
-        None, "--audit-db", help="Record every decision and outcome in this audit DB URL."
+        None,
+        "--audit-db",
+        help="Record every decision and outcome in this audit DB (URL or SQLite file).",
     ),
 ) -> None:
     """Replay a trace through the scheduler on the simulated fleet and report SLA figures."""
