@@ -4,6 +4,7 @@ OverflowError traceback), and `-0h` is now."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -82,3 +83,21 @@ def test_an_iso_time_outside_the_years_utc_holds_names_its_flag(
     error = one_line_error("audit", "decisions", flag, value, "--db", db)
     fix = "falls outside years 1-9999 in UTC; fix: give a time within them"
     assert error == f"error: {flag}: '{value}' {fix}\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "default"),
+    [(["history"], "-2h"), (["audit", "decisions"], "-1h"), (["audit", "summary"], "-1h")],
+)
+def test_an_until_before_the_default_since_names_the_default(
+    db: str, command: list[str], default: str
+) -> None:
+    """`history --until -3h` said "--since '-2h' ... is not before --until '-3h'; swap them":
+    no --since was given, and there was nothing to swap."""
+    error = one_line_error(*command, "--until", "-3d", "--db", db)
+    iso = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z"
+    assert re.fullmatch(
+        rf"error: --until '-3d' \({iso}\) is not after --since '{default}' \({iso}\), the "
+        r"default when --since is not given; fix: give an earlier --since as well\n",
+        error,
+    ), error

@@ -109,14 +109,24 @@ def parse_time(text: str, option: str, now: datetime) -> datetime:
     return moment
 
 
-def parse_range(since: str, until: str, now: datetime) -> tuple[datetime, datetime]:
-    """(since, until), refusing an empty or inverted range."""
+def parse_range(
+    since: str, until: str, now: datetime, since_defaulted: bool = False
+) -> tuple[datetime, datetime]:
+    """(since, until), refusing an empty or inverted range. `since_defaulted`: --since was
+    not given, so the command's default is named as such when it is after --until
+    (`history --until -3h` read "swap them", with no --since given to swap)."""
     start = parse_time(since, "--since", now)
     end = parse_time(until, "--until", now)
     if end == start:
         raise ValueError(
             f"--since {since!r} and --until {until!r} are the same time "
             f"({iso_utc(start)}); fix: widen the range"
+        )
+    if end < start and since_defaulted:
+        raise ValueError(
+            f"--until {until!r} ({iso_utc(end)}) is not after --since {since!r} "
+            f"({iso_utc(start)}), the default when --since is not given; fix: give an "
+            "earlier --since as well"
         )
     if end < start:
         raise ValueError(

@@ -38,6 +38,7 @@ from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
 from slaguard.cli.output import check_output, check_writable, writing, writing_to
 from slaguard.cli.paths import path_option
+from slaguard.cli.usage import defaulted
 from slaguard.plaintext import visible
 from slaguard.scheduler.rollout import FleetMode
 
@@ -105,7 +106,7 @@ def decisions_command(
         policy = _policy_arm(policy)
     if mode is not None:
         mode = _mode_label(mode)
-    start, end = _answer(lambda: parse_range(since, until, _now()))
+    start, end = _answer(lambda: parse_range(since, until, _now(), defaulted("since")))
     engine = open_audit_db(db)
     # one row more than asked tells a cut answer from one of exactly --limit rows
     frame = _answer(
@@ -231,7 +232,7 @@ def summary_command(
 
     TTFT p50/p99, and the SLA violation rate over the outcomes an SLA judges."""
     check_output(fmt, output)
-    start, end = _answer(lambda: parse_range(since, until, _now()))
+    start, end = _answer(lambda: parse_range(since, until, _now(), defaulted("since")))
     capacity = fleet_capacity(load_or_fail(fleet_file))
     engine = open_audit_db(db)
     frame = _answer(lambda: service.summary(engine, start, end, capacity))

@@ -24,6 +24,7 @@ from slaguard.cli.errors import fail
 from slaguard.cli.mode import GUARD_STATEMENT_TIMEOUT_S, query_or_fail
 from slaguard.cli.output import check_output, writing
 from slaguard.cli.paths import path_option
+from slaguard.cli.usage import defaulted
 from slaguard.guard.queries import incident_list, mode_history
 
 FormatOption = typer.Option(OutputFormat.TABLE, "--format", "-f", help="Output format.")
@@ -39,7 +40,7 @@ def history(
 ) -> None:
     """Mode switches in a time range: when, from, to, kind, who, why, incident."""
     try:
-        start, end = parse_range(since, until, datetime.now(UTC))
+        start, end = parse_range(since, until, datetime.now(UTC), defaulted("since"))
     except ValueError as exc:
         fail(str(exc))
     check_output(fmt, output)

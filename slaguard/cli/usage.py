@@ -21,6 +21,7 @@ from typer._click.exceptions import (
     NoSuchOption,
     UsageError,
 )
+from typer._click.globals import get_current_context
 from typer._display import describe_number_range
 from typer.core import TyperOption
 
@@ -128,3 +129,9 @@ def fail_usage(exc: UsageError) -> NoReturn:
     if isinstance(exc, NoArgsIsHelpError):
         raise exc
     fail(usage_line(exc))
+
+
+def defaulted(name: str) -> bool:
+    """Whether option `name` of the running command took its default (was not given)."""
+    ctx = get_current_context(silent=True)
+    return ctx is not None and ctx.get_parameter_source(name) is ParameterSource.DEFAULT
