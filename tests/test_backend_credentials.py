@@ -25,7 +25,8 @@ from slaguard.fleet import build_fleet
 from slaguard.scheduler.state import FleetState
 from slaguard.service.app import create_app
 from slaguard.service.bootstrap import build_service
-from slaguard.service.config import ServiceConfigError, backend_api_key, load_config
+from slaguard.service.config import ServiceConfigError, load_config
+from slaguard.service.credentials import backend_api_key
 from slaguard.service.local import ServerThread
 from slaguard.service.telemetry_scraper import MetricsScraper
 from slaguard.service.upstream import BackendAccess

@@ -18,7 +18,8 @@ from slaguard.notify.factory import (
     choose_notifier,
     notifier_from_env,
 )
-from slaguard.service.config import ServiceConfigError, admin_token, backend_api_key
+from slaguard.service.config import ServiceConfigError
+from slaguard.service.credentials import admin_token, backend_api_key
 
 SECRET = "-token-abcdefghijklmnop"
 READERS: list[tuple[str, Callable[[dict[str, str]], object], type[Exception]]] = [

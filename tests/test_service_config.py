@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from slaguard.service.bootstrap import build_service
-from slaguard.service.config import ServiceConfigError, admin_token, load_config
+from slaguard.service.config import ServiceConfigError, load_config
 from slaguard.service.config_sections import ALERT_SEVERITIES, SLAGUARD_ALERTS
+from slaguard.service.credentials import admin_token
 
 ROOT = Path(__file__).resolve().parents[1]
 

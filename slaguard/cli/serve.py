@@ -33,10 +33,9 @@ from slaguard.service.config import (
     ENV_PREFIX,
     ServiceConfig,
     ServiceConfigError,
-    admin_token,
-    backend_api_key,
     load_config,
 )
+from slaguard.service.credentials import admin_token, backend_api_key
 
 
 def _db_source(flag: str | None, config_file: Path | None, configured: str | None) -> str:

@@ -21,7 +21,6 @@ from typing import Any, ClassVar, Literal
 from pydantic import (
     BaseModel,
     Field,
-    SecretStr,
     ValidationError,
     field_validator,
 )
@@ -36,7 +35,6 @@ from pydantic_settings import (
 from slaguard.audit.engine import DatabaseUrlError, resolve_db_url
 from slaguard.fleet.validation import Whole
 from slaguard.guard.config import Flag, ServeGuardConfig
-from slaguard.notify.factory import both_secret_sources, read_secret_file
 from slaguard.service.config_env_json import not_json
 from slaguard.service.config_sections import (
     AlertmanagerConfig,
@@ -50,7 +48,6 @@ from slaguard.userfiles import load_user_yaml
 
 ENV_PREFIX = "SLAGUARD_SERVE_"
 ADMIN_TOKEN_ENV = "SLAGUARD_ADMIN_TOKEN"
-BACKEND_KEY_ENV = "SLAGUARD_BACKEND_API_KEY"
 
 
 class ServiceConfigError(ValueError):
@@ -341,63 +338,3 @@ def _unknown_key_fix(loc: tuple[int | str, ...], *, variable: bool = False) -> s
         parts = [str(p).upper() for p in (*loc[:-1], near[0]) if isinstance(p, str)]
         return f"{fix}; did you mean ${ENV_PREFIX}{'__'.join(parts)}?"
     return f"{fix}; did you mean {near[0]!r}?"
-
-
-def admin_token(env: Mapping[str, str] | None = None) -> SecretStr | None:
-    """The admin bearer token from the environment; None disables the admin endpoints."""
-    value = _env_secret(
-        os.environ if env is None else env,
-        ADMIN_TOKEN_ENV,
-        what="token",
-        fix="a long random token (e.g. `openssl rand -hex 32`)",
-        unset="to leave the admin endpoints disabled",
-    )
-    if value and len(value) < 16:
-        raise ServiceConfigError(
-            f"{ADMIN_TOKEN_ENV}: token shorter than 16 characters; fix: use a long random "
-            "token (e.g. `openssl rand -hex 32`)"
-        )
-    return SecretStr(value) if value else None
-
-
-def backend_api_key(env: Mapping[str, str] | None = None) -> SecretStr | None:
-    """The key the gateway and the scraper send the backends as a bearer token (vLLM's
-    `--api-key`, an authenticating proxy); None sends none. Its length is the backends'
-    choice, not ours."""
-    value = _env_secret(
-        os.environ if env is None else env,
-        BACKEND_KEY_ENV,
-        what="key",
-        fix="the API key the backends expect",
-        unset="to send the backends no credentials",
-    )
-    return SecretStr(value) if value else None
-
-
-def _env_secret(env: Mapping[str, str], name: str, *, what: str, fix: str, unset: str) -> str:
-    """`$name` or the content of the file `$name_FILE` names (never both); "" if neither.
-    Set but blank, or an empty file, is refused rather than taken as unset; so is a secret
-    an HTTP header cannot carry (a client sends it as latin-1 bytes, or refuses to)."""
-    value = env.get(name, "").strip()
-    if name in env and not value:
-        raise ServiceConfigError(f"{name}: set but blank; fix: set {fix}, or unset it {unset}")
-    file_var = f"{name}_FILE"
-    if file_var in env:
-        file_name = env[file_var].strip()
-        if not file_name:
-            raise ServiceConfigError(
-                f"{file_var}: set but blank; fix: name the file holding the {what}, or unset "
-                f"it {unset}"
-            )
-        if value:
-            raise ServiceConfigError(both_secret_sources(name, file_var, file_name))
-        value = read_secret_file(file_var, file_name, ServiceConfigError)
-        if not value:
-            raise ServiceConfigError(
-                f"{file_var}: {file_name} is empty; fix: write the {what} in it"
-            )
-    if value and not all("!" <= ch <= "~" for ch in value):
-        raise ServiceConfigError(
-            f"{name}: the {what} must be printable ASCII (no spaces); fix: use {fix}"
-        )
-    return value

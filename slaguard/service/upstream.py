@@ -20,7 +20,7 @@ import aiohttp
 from pydantic import SecretStr
 
 from slaguard.fleet import Target
-from slaguard.service.config import BACKEND_KEY_ENV
+from slaguard.service.credentials import BACKEND_KEY_ENV
 
 log = logging.getLogger(__name__)
 
