@@ -167,6 +167,14 @@ _TARGET = {"id": "a", "model": "llama3.1-8b", "card": "h100"}
             {"targets": [{**_TARGET, "priorities": ["high", "low", "high"]}]},
             "targets[0].priorities: high listed twice",
         ),
+        (  # accepted: the newline went into metric labels and the database as is
+            {"targets": [{**_TARGET, "id": "a\nb"}]},
+            "targets[0].id: a space or control character, '\\n' at position 1 (got 'a\\nb'); fix:",
+        ),
+        (
+            {"targets": [{**_TARGET, "id": "h100 8b"}]},
+            "targets[0].id: a space or control character, ' ' at position 4 (got 'h100 8b'); fix:",
+        ),
     ],
 )
 def test_loose_values_are_refused(doc: dict[str, object], expected: str) -> None:

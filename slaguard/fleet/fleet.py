@@ -80,6 +80,20 @@ class TargetSpec(BaseModel):
     url: str | None = None
     priorities: list[Priority] = Field(default_factory=lambda: list(Priority), min_length=1)
 
+    @field_validator("id")
+    @classmethod
+    def _printable_id(cls, target_id: str) -> str:
+        """An id is a metric label, a database key and a word on a command line: a control
+        character or a space in it is a slip that would go everywhere unseen."""
+        for at, ch in enumerate(target_id):
+            if not ch.isprintable() or ch.isspace():
+                raise PydanticCustomError(
+                    "unprintable_id",
+                    "a space or control character, {ch} at position {at}",
+                    {"ch": repr(ch), "at": at},
+                )
+        return target_id
+
     @field_validator("priorities")
     @classmethod
     def _each_once(cls, priorities: list[Priority]) -> list[Priority]:

@@ -47,6 +47,7 @@ _FIXES = {  # by pydantic error type; the bound comes from the error's context
     "too_short": "list at least {min_length} of them",
     "missing": "add it",
     "duplicate_priority": "list each priority once",
+    "unprintable_id": "write the id in printable characters without spaces, e.g. h100-8b",
 }
 
 
