@@ -253,6 +253,13 @@ def test_cli_rejects_bad_input_with_one_line_and_exit_2(tmp_path: Path) -> None:
     assert listed.exit_code == 0 and listed.output.count("\n") >= 50
     bad = runner.invoke(app, ["dashboards", "queries", "--var", "jobslaguard"])
     assert bad.exit_code == 2 and "error: --var:" in bad.output
+    # a quote went into every matcher as is: `job="a"b"`, broken PromQL on every line
+    quoted = runner.invoke(app, ["dashboards", "queries", "--var", 'job=a"b'])
+    assert quoted.exit_code == 2 and quoted.stdout == "", quoted.output
+    assert quoted.stderr == (
+        "error: --var: 'job=a\"b' has '\"' in its value, which would end the PromQL string it "
+        "goes into; fix: give a label value without quotes, backslashes or newlines\n"
+    )
 
 
 def test_check_from_outside_the_checkout_is_one_line_not_every_dashboard_stale(

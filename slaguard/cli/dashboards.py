@@ -69,6 +69,12 @@ def queries(
                 f"--var: {item!r} is not NAME=VALUE; fix: give NAME=VALUE with NAME one of "
                 f"{sorted(VARIABLES)}"
             )
+        bad = next((ch for ch in value if ch in '"\\`\n'), None)
+        if bad is not None:
+            fail(
+                f"--var: {item!r} has {bad!r} in its value, which would end the PromQL string "
+                "it goes into; fix: give a label value without quotes, backslashes or newlines"
+            )
         values[name] = value
     for q in panel_queries(values, annotations=True):
         typer.echo(f"{q.dashboard_uid}\t{q.panel_title}\t{q.expr}")
