@@ -74,6 +74,12 @@ def test_decisions_in_every_format(db: str, tmp_path: Path) -> None:
     out = tmp_path / "d.parquet"
     ok("audit", "decisions", "--db", db, *WINDOW, "-f", "parquet", "-o", str(out), "--limit", "0")
     assert len(pd.read_parquet(out)) == len(RUN.decisions)
+    # without --format the file's extension says it (it was refused: "add --format")
+    for name, read in (("e.parquet", pd.read_parquet), ("e.CSV", pd.read_csv)):
+        ok("audit", "decisions", "--db", db, *WINDOW, "-o", str(tmp_path / name), "--limit", "0")
+        assert len(read(tmp_path / name)) == len(RUN.decisions)
+    ok("history", "--db", db, "--since", "2026-11-29", "-o", str(tmp_path / "h.json"))
+    assert isinstance(json.loads((tmp_path / "h.json").read_text()), list)
     filters = ["--policy", "learned", "--mode", "rollout(50)", "--limit", "0"]
     learned = json.loads(ok("audit", "decisions", "--db", db, *WINDOW, "-f", "json", *filters))
     assert {r["policy_arm"] for r in learned} == {"learned"}
@@ -284,8 +290,12 @@ def test_bad_input_gets_one_line_and_exit_2(db: str, tmp_path: Path) -> None:
     assert "add --output FILE.parquet" in one_line_error(
         "audit", "summary", "--db", db, "-f", "parquet"
     )
+    assert one_line_error("audit", "summary", "--db", db, "-o", str(tmp_path / "s.txt")) == (
+        "error: --output: s.txt does not say its format; fix: add --format csv, json or "
+        "parquet, or end the file name in .csv, .json or .parquet\n"
+    )
     assert "--output: the table is for the terminal; add --format csv" in one_line_error(
-        "audit", "summary", "--db", db, "-o", str(tmp_path / "s.txt")
+        "audit", "summary", "--db", db, "-f", "table", "-o", str(tmp_path / "s.txt")
     )
     assert f"--output: {db} is not a directory" in one_line_error(
         "audit", "summary", "--db", db, "-f", "csv", "-o", f"{db}/s.csv"

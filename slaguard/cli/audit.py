@@ -36,7 +36,7 @@ from slaguard.audit.timeargs import TIME_HELP, parse_duration, parse_range, span
 from slaguard.cli.dbopen import DbOption, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.cli.fleet import FleetOption, load_or_fail
-from slaguard.cli.output import check_output, check_writable, writing, writing_to
+from slaguard.cli.output import FORMAT_HELP, check_output, check_writable, writing, writing_to
 from slaguard.cli.paths import path_option
 from slaguard.cli.usage import defaulted
 from slaguard.plaintext import visible
@@ -46,7 +46,7 @@ app = typer.Typer(help="Postmortem queries over recorded routing decisions.", no
 
 _T = TypeVar("_T")
 
-FormatOption = typer.Option(OutputFormat.TABLE, "--format", "-f", help="Output format.")
+FormatOption = typer.Option(None, "--format", "-f", help=FORMAT_HELP, show_default=False)
 OutputOption = path_option(
     None, "--output", "-o", help="Write to this file (needed for parquet).", metavar="<file>"
 )
@@ -95,11 +95,11 @@ def decisions_command(
     mode: str | None = typer.Option(None, help="Only this fleet mode, e.g. rollout(10)."),
     limit: int = typer.Option(1000, help=f"At most this many rows, up to {LIMIT_MAX:,} (0: all)."),
     db: str | None = DbOption,
-    fmt: OutputFormat = FormatOption,
+    fmt: OutputFormat | None = FormatOption,
     output: Path | None = OutputOption,
 ) -> None:
     """Decisions in a time range, with their outcomes, oldest first."""
-    check_output(fmt, output)
+    fmt = check_output(fmt, output)
     if not 0 <= limit <= LIMIT_MAX:
         fail(f"--limit: {limit} is not in 0..{LIMIT_MAX:,}; give a row count, or 0 for all")
     if policy is not None:
@@ -194,14 +194,14 @@ def _nearest(value: str, ids: list[str]) -> str:
 def explain_command(
     request_id: str = typer.Argument(..., help="The request id to explain."),
     db: str | None = DbOption,
-    fmt: OutputFormat = FormatOption,
+    fmt: OutputFormat | None = FormatOption,
     output: Path | None = OutputOption,
 ) -> None:
     """Why one request went where it went, and how it turned out.
 
     Every candidate's component scores, the rejected targets and why, the weights version
     and the fleet mode."""
-    check_output(fmt, output)
+    fmt = check_output(fmt, output)
     engine = open_audit_db(db)
     found = _answer(lambda: _explained(engine, request_id))
     with writing(output) as out:
@@ -225,13 +225,13 @@ def summary_command(
     until: str = UntilOption,
     fleet_file: Path | None = FleetOption,
     db: str | None = DbOption,
-    fmt: OutputFormat = FormatOption,
+    fmt: OutputFormat | None = FormatOption,
     output: Path | None = OutputOption,
 ) -> None:
     """Per arm, target and card type: decision vs capacity share, TTFT, SLA violations.
 
     TTFT p50/p99, and the SLA violation rate over the outcomes an SLA judges."""
-    check_output(fmt, output)
+    fmt = check_output(fmt, output)
     start, end = _answer(lambda: parse_range(since, until, _now(), defaulted("since")))
     capacity = fleet_capacity(load_or_fail(fleet_file))
     engine = open_audit_db(db)
@@ -266,13 +266,13 @@ def incident_command(
     plot: Path | None = PlotOption,
     fleet_file: Path | None = FleetOption,
     db: str | None = DbOption,
-    fmt: OutputFormat = FormatOption,
+    fmt: OutputFormat | None = FormatOption,
     output: Path | None = OutputOption,
 ) -> None:
     """The timeline around an incident: evidence, mode switches, per-target figures.
 
     Per target: decision share and TTFT p50/p99 before / during / after."""
-    check_output(fmt, output)
+    fmt = check_output(fmt, output)
     if plot is not None and plot.suffix.lower() != ".png":
         fail(
             f"--plot: {plot} is not a .png file (the plot is written as PNG only); fix: name "

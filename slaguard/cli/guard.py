@@ -22,12 +22,12 @@ from slaguard.audit.timeargs import (
 from slaguard.cli.dbopen import DbOption, open_audit_db
 from slaguard.cli.errors import fail
 from slaguard.cli.mode import GUARD_STATEMENT_TIMEOUT_S, query_or_fail
-from slaguard.cli.output import check_output, writing
+from slaguard.cli.output import FORMAT_HELP, check_output, writing
 from slaguard.cli.paths import path_option
 from slaguard.cli.usage import defaulted
 from slaguard.guard.queries import incident_list, mode_history
 
-FormatOption = typer.Option(OutputFormat.TABLE, "--format", "-f", help="Output format.")
+FormatOption = typer.Option(None, "--format", "-f", help=FORMAT_HELP, show_default=False)
 OutputOption = path_option(None, "--output", "-o", help="Write to this file.", metavar="<file>")
 
 
@@ -35,7 +35,7 @@ def history(
     since: str = typer.Option("-2h", "--since", help=f"Start (inclusive). {TIME_HELP}."),
     until: str = typer.Option("now", "--until", help="End (exclusive), same forms."),
     db: str | None = DbOption,
-    fmt: OutputFormat = FormatOption,
+    fmt: OutputFormat | None = FormatOption,
     output: Path | None = OutputOption,
 ) -> None:
     """Mode switches in a time range: when, from, to, kind, who, why, incident."""
@@ -43,7 +43,7 @@ def history(
         start, end = parse_range(since, until, datetime.now(UTC), defaulted("since"))
     except ValueError as exc:
         fail(str(exc))
-    check_output(fmt, output)
+    fmt = check_output(fmt, output)
     engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
     frame = query_or_fail(engine, lambda: mode_history(engine, start, end))
     with writing(output) as out:
@@ -54,7 +54,7 @@ def incidents(
     open_only: bool = typer.Option(False, "--open", help="Only unresolved incidents."),
     since: str | None = typer.Option(None, "--since", help=f"Opened at or after. {TIME_HELP}."),
     db: str | None = DbOption,
-    fmt: OutputFormat = FormatOption,
+    fmt: OutputFormat | None = FormatOption,
     output: Path | None = OutputOption,
 ) -> None:
     """Incidents, newest first: detector, subject, state, notification delivery."""
@@ -64,7 +64,7 @@ def incidents(
             start = parse_time(since, "--since", datetime.now(UTC))
         except ValueError as exc:
             fail(str(exc))
-    check_output(fmt, output)
+    fmt = check_output(fmt, output)
     engine = open_audit_db(db, statement_timeout_s=GUARD_STATEMENT_TIMEOUT_S)
     frame = query_or_fail(engine, lambda: incident_list(engine, open_only=open_only, since=start))
     with writing(output) as out:

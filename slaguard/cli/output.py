@@ -10,15 +10,28 @@ from pathlib import Path
 from slaguard.audit.formats import OutputFormat
 from slaguard.cli.errors import fail
 
+FORMAT_HELP = "Output format; default: --output's extension (.csv, .json, .parquet), else table."
+_BY_SUFFIX = {f".{f.value}": f for f in OutputFormat if f is not OutputFormat.TABLE}
 
-def check_output(fmt: OutputFormat, output: Path | None) -> None:
-    """Refuse an `--output` the frame cannot be written to, before any query runs."""
+
+def check_output(fmt: OutputFormat | None, output: Path | None) -> OutputFormat:
+    """The format to write (`--format`, else `--output`'s extension, else the table);
+    refuse an `--output` the frame cannot be written to, before any query runs."""
+    if fmt is None:
+        by_suffix = None if output is None else _BY_SUFFIX.get(output.suffix.lower())
+        if output is not None and by_suffix is None:
+            fail(
+                f"--output: {output.name} does not say its format; fix: add --format csv, json "
+                "or parquet, or end the file name in .csv, .json or .parquet"
+            )
+        fmt = by_suffix or OutputFormat.TABLE
     if fmt is OutputFormat.PARQUET and output is None:
         fail("--format parquet writes a file: add --output FILE.parquet")
     if output is not None and fmt is OutputFormat.TABLE:
         fail("--output: the table is for the terminal; add --format csv, json or parquet")
     if output is not None:
         check_writable(output, "--output")
+    return fmt
 
 
 def check_writable(path: Path, option: str) -> None:
