@@ -13,8 +13,9 @@ need no locks; blocking work (database, Slack) goes to worker threads inside the
 job has `max_instances=1` and `coalesce=True`; `misfire_grace_time=None` because it takes
 whole seconds only, so each run checks itself how late it is: a run that starts more than
 one period after the previous one counts the periods it missed as overruns. A run skipped
-because the previous one is still going is counted the same way (and not logged each
-time). An exception is counted and logged; it never stops this job or the others.
+because the previous one is still going is counted when APScheduler skips it (and not
+logged each time), and not again by the next run's lateness. An exception is counted and
+logged; it never stops this job or the others.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ class JobStats:
     runs: int = 0
     failures: int = 0
     overruns: int = 0
+    skipped_since_start: int = 0
+    """Ticks APScheduler skipped (and counted) since the last run started: that run's
+    lateness covers them, and they are not counted twice."""
     last_started: float | None = None
     last_error: str | None = None
 
@@ -79,6 +83,8 @@ class ServiceLoops:
     readiness: Callable[[], Awaitable[None]] | None = None
     unstored_weights: Weights | None = None
     """A refit the database has not taken yet: routed with once stored."""
+    monotonic: Callable[[], float] = time.monotonic
+    """The clock a run's lateness is measured on (a test's to set)."""
 
     def jobs(self) -> dict[str, tuple[float, JobBody]]:
         cfg = self.runtime.scheduler.cfg
@@ -112,6 +118,7 @@ class ServiceLoops:
         stats = self.stats.get(event.job_id)
         if stats is not None:
             stats.overruns += 1
+            stats.skipped_since_start += 1
             self.runtime.metrics.count_job_overrun(event.job_id)
 
     def _wrap(self, name: str, period_s: float, body: JobBody) -> Callable[[], Awaitable[None]]:
@@ -119,13 +126,14 @@ class ServiceLoops:
         metrics = self.runtime.metrics
 
         async def run() -> None:
-            started = time.monotonic()
+            started = self.monotonic()
             if stats.last_started is not None:
                 missed = int((started - stats.last_started) / period_s + 1e-9) - 1
-                for _ in range(max(0, missed)):
+                for _ in range(max(0, missed - stats.skipped_since_start)):
                     stats.overruns += 1
                     metrics.count_job_overrun(name)
             stats.last_started = started
+            stats.skipped_since_start = 0
             stats.runs += 1
             failed = False
             try:
@@ -139,7 +147,7 @@ class ServiceLoops:
                 stats.failures += 1
                 stats.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("job %s failed", name)
-            metrics.observe_job(name, time.monotonic() - started, failed=failed)
+            metrics.observe_job(name, self.monotonic() - started, failed=failed)
 
         return run
 
