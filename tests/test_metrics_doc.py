@@ -73,3 +73,14 @@ def test_the_documented_size_is_the_default_fleets() -> None:
     assert int(size["samples"].replace(",", "")) == own
     assert int(size["gateway"]) == sample_count(metrics.registry) - own
     assert abs(int(size["kb"]) - kb) <= 1, f"{kb:.1f} kB"
+
+
+def test_the_service_doc_names_every_family_the_gateway_adds() -> None:
+    """docs/service.md's `GET /metrics` row listed three of the gateway's four families
+    (`slaguard_gateway_ejections_total` was missing)."""
+    service = (DOC.parent / "service.md").read_text(encoding="utf-8")
+    (row,) = [line for line in service.splitlines() if line.startswith("| `GET /metrics` |")]
+    registry = CollectorRegistry()
+    GatewayMetrics(registry, (t.id for t in load_fleet()))
+    names = {f"{fam.name}_total" for fam in registry.collect()}
+    assert sorted(n for n in names if f"`{n}" not in row) == []
