@@ -28,6 +28,11 @@ UNIT_TESTS = sorted((ALERTS / "tests").glob("*.yml"))
 RUNBOOK_BASE_URL = "https://slaguard.example.com/runbooks/"
 SEVERITIES = {"critical", "warning"}
 RECORD_NAME = re.compile(r"^[a-z_]+:slaguard_[a-z0-9_]+:[a-z0-9_]+$")
+ALERT_ROW = re.compile(r"^\| (Slaguard\w+) \| (.*) \| ([a-z /]+) \| .* \|$")
+"""docs/alerting.md, "Other alerts": alert, fires when, severity, why."""
+BURN_ROW = re.compile(r"^\| (\d+[hd]) \| .* \| (\d+[smh]) \| (critical|warning) \(\w+\) \|$")
+"""docs/alerting.md, "Burn-rate alerts": long_window, ..., for, severity."""
+FOR_PHRASE = re.compile(r"\bfor (\d+[smh])\b")
 
 
 def tool(name: str) -> str:
@@ -106,6 +111,30 @@ def test_burn_rate_pairs_follow_the_sre_workbook() -> None:
         assert f"ratio_rate{long_w} > ({factor} * 0.01)" in expr
         assert f"ratio_rate{short_w} > ({factor} * 0.01)" in expr
         assert burn[long_w]["labels"]["severity"] == severity
+
+
+def test_docs_alerting_gives_each_alerts_severity_and_for_duration() -> None:
+    """docs/alerting.md is where an SRE reads how long an alert waits and whom it pages:
+    each alert's row names its rules' severities (in order) and `for` durations, and the
+    burn-rate table each pair's (it had no `for` at all)."""
+    doc = (ROOT / "docs" / "alerting.md").read_text(encoding="utf-8").splitlines()
+    rows = {m[1]: m for line in doc if (m := ALERT_ROW.match(line))}
+    burn_rows = {m[1]: (m[2], m[3]) for line in doc if (m := BURN_ROW.match(line))}
+    said: dict[str, tuple[list[str], list[str]]] = {}
+    for name, m in rows.items():
+        said[name] = ([s.strip() for s in m[3].split("/")], re.findall(FOR_PHRASE, m[2]))
+    wanted: dict[str, tuple[list[str], list[str]]] = {}
+    burn: dict[str, tuple[str, str]] = {}
+    for rule in alert_rules():
+        severity, wait = rule["labels"]["severity"], rule.get("for")
+        if "long_window" in rule["labels"]:
+            burn[rule["labels"]["long_window"]] = (wait, severity)
+            continue
+        severities, waits = wanted.setdefault(rule["alert"], ([], []))
+        severities.append(severity)
+        waits.extend([wait] if wait else [])
+    assert said == wanted
+    assert burn_rows == burn
 
 
 def test_recording_rules_are_named_level_metric_operation() -> None:
