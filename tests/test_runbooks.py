@@ -21,6 +21,8 @@ RUNBOOKS = ROOT / "runbooks"
 SECTIONS = ("## What it means", "## User impact", "## Confirm", "## Mitigate", "## Escalate")
 PROMQL_BLOCK = re.compile(r"```promql\n(.*?)```", re.DOTALL)
 MITIGATION_COMMANDS = ("slaguard rollback", "slaguard resume")
+PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*")
+"""A value a runbook leaves for the operator to fill in (`TARGET`)."""
 
 
 def alert_names() -> set[str]:
@@ -105,6 +107,59 @@ def test_runbook_promql_reads_only_series_slaguard_exposes_or_records() -> None:
         for expr in promql_lines(text):
             plain, used = referenced_series(expr)
             assert plain <= exposed and used <= recorded, (name, expr)
+
+
+SELECTOR = re.compile(r"\b(slaguard_[a-z0-9_]+)\s*\{([^}]*)\}")
+MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
+SCRAPE_LABELS = {"fleet", "instance", "job"}
+"""Labels Prometheus attaches to every scraped series (alerts/prometheus.example.yml)."""
+
+
+def exposed_labels() -> dict[str, dict[str, set[str]]]:
+    """Each series name of a fresh registry (the service's) -> label -> values."""
+    fleet = load_fleet()
+    metrics = SlaguardMetrics(CollectorRegistry(), targets=fleet_target_labels(fleet))
+    GatewayMetrics(metrics.registry, (t.id for t in fleet))
+    labels: dict[str, dict[str, set[str]]] = {}
+    for fam in metrics.registry.collect():
+        for sample in fam.samples:
+            for key, value in sample.labels.items():
+                labels.setdefault(sample.name, {}).setdefault(key, set()).add(value)
+    return labels
+
+
+def matcher_problems(expr: str, labels: dict[str, dict[str, set[str]]]) -> list[str]:
+    """A matcher on a label the series lacks, or an `=`/`=~` value it never has (a
+    placeholder such as `TARGET` aside): the query answers nothing, silently."""
+    wrong: list[str] = []
+    for series, body in SELECTOR.findall(expr):
+        for label, op, value in MATCHER.findall(body):
+            has = labels.get(series, {})
+            if label in SCRAPE_LABELS:
+                continue
+            if label not in has:
+                wrong.append(f"{series}: no label {label!r}")
+            elif op in ("=", "=~") and not PLACEHOLDER.fullmatch(value):
+                unknown = sorted(set(value.split("|")) - has[label])
+                wrong += [f"{series}: {label} is never {v!r}" for v in unknown]
+    return wrong
+
+
+def test_promql_label_matchers_name_labels_and_values_slaguard_exposes() -> None:
+    labels = exposed_labels()
+    exprs = [(n, e) for n, text in runbooks().items() for e in promql_lines(text)]
+    for path in (ROOT / "alerts").glob("slaguard-*.yml"):
+        for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]:
+            exprs += [(r.get("alert") or r["record"], r["expr"]) for r in group["rules"]]
+    assert [(n, p) for n, e in exprs for p in matcher_problems(e, labels)] == []
+    probe = (
+        'slaguard_tokens_total{kind="genrated", fleet="F", target="TARGET"}'
+        ' + slaguard_gateway_retries_total{target="TARGET"}'
+    )
+    assert matcher_problems(probe, labels) == [
+        "slaguard_tokens_total: kind is never 'genrated'",
+        "slaguard_gateway_retries_total: no label 'target'",
+    ]
 
 
 def test_runbook_promql_parses_with_promtool() -> None:
