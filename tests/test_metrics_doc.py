@@ -15,6 +15,10 @@ from slaguard.telemetry import SlaguardMetrics, render_snapshot
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 ROW = re.compile(r"^\| `(?P<name>slaguard_\w+)` \| (?P<type>\w+) \| (?P<labels>[^|]*) \|")
+ALLOWED = re.compile(r"^\| (?P<labels>[a-z_]+(?:, [a-z_]+)*) \| (?P<values>.*) \|$")
+"""A row of the "Label allow-lists" table: labels, then their values in backticks."""
+PER_TARGET = {"target", "card_type", "model"}
+"""Labels whose values are the fleet's, not a fixed list."""
 SIZE = re.compile(
     r"default (?P<targets>\d+)-target fleet a fresh registry exposes (?P<samples>[\d,]+) "
     r"samples, and the service\s+adds the gateway's (?P<gateway>\d+) \(about (?P<kb>\d+) kB"
@@ -84,3 +88,26 @@ def test_the_service_doc_names_every_family_the_gateway_adds() -> None:
     GatewayMetrics(registry, (t.id for t in load_fleet()))
     names = {f"{fam.name}_total" for fam in registry.collect()}
     assert sorted(n for n in names if f"`{n}" not in row) == []
+
+
+def test_the_label_allow_lists_are_the_values_exposed() -> None:
+    """The table is where a query's label value is looked up: a detector, job or reason
+    added to `labels.py` must be listed, and a listed one must exist."""
+    section = DOC.read_text(encoding="utf-8").split("## Label allow-lists")[1].split("\n## ")[0]
+    listed: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        m = ALLOWED.match(line)
+        if m and m["labels"] != "label":
+            for label in m["labels"].split(", "):
+                listed[label] = set(re.findall(r"`([a-z_]+)`", m["values"]))
+    fleet = load_fleet()
+    metrics = SlaguardMetrics.for_fleet(CollectorRegistry(), fleet)
+    GatewayMetrics(metrics.registry, (t.id for t in fleet))
+    values: dict[str, set[str]] = {}
+    for fam in metrics.registry.collect():
+        for sample in fam.samples:
+            for label, value in sample.labels.items():
+                values.setdefault(label, set()).add(value)
+    fixed = {k: v for k, v in values.items() if k not in PER_TARGET | {"le", "version"}}
+    assert {k: v for k, v in listed.items() if k not in PER_TARGET} == fixed
+    assert set(listed) >= PER_TARGET
