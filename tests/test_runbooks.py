@@ -21,6 +21,7 @@ RUNBOOKS = ROOT / "runbooks"
 SECTIONS = ("## What it means", "## User impact", "## Confirm", "## Mitigate", "## Escalate")
 PROMQL_BLOCK = re.compile(r"```promql\n(.*?)```", re.DOTALL)
 MITIGATION_COMMANDS = ("slaguard rollback", "slaguard resume")
+HEAD = re.compile(r"^Severity: (?P<severity>.*?) · Rule: `(?P<rule>alerts/[^`]+)`", re.M)
 PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*")
 """A value a runbook leaves for the operator to fill in (`TARGET`)."""
 
@@ -67,6 +68,22 @@ def test_every_runbook_has_the_sections_in_order_and_the_cli_to_confirm() -> Non
         confirm = text[text.find("## Confirm") : text.find("## Mitigate")]
         assert any(c in confirm for c in ("slaguard status", "slaguard incidents", "curl")), name
         assert promql_lines(text), f"{name}: no PromQL to confirm with"
+
+
+def test_every_runbook_names_its_alerts_severities_and_rule_file() -> None:
+    """The head line is what an SRE reads first: a page must not say **warning**."""
+    said: dict[str, tuple[set[str], set[str]]] = {}
+    for path in (ROOT / "alerts").glob("slaguard-*.yml"):
+        for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]:
+            for rule in (r for r in group["rules"] if "alert" in r):
+                severities, files = said.setdefault(rule["alert"], (set(), set()))
+                severities.add(rule["labels"]["severity"])
+                files.add(f"alerts/{path.name}")
+    for name, text in runbooks().items():
+        head = HEAD.search(text)
+        assert head is not None, name
+        named = set(re.findall(r"\b(critical|warning)\b", head["severity"]))
+        assert (named, {head["rule"]}) == said[name], name
 
 
 def test_runbooks_with_slaguard_commands_say_which_database_and_fleet() -> None:
