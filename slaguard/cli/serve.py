@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -223,6 +225,9 @@ def serve(
         readiness=service.readiness,
         on_shutdown=service.close,
     )
+    # `kill -USR1 PID`: every thread's stack on stderr, as plain text even with JSON logs
+    # (a stalled loop's runbook asks for one before the restart); the service goes on.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         uvicorn.run(
             app,
