@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from helpers import wait_for
 from pydantic import SecretStr
 from sqlalchemy import select, text
 
@@ -189,6 +190,13 @@ def _webhook(
     }
 
 
+def _messages(path: Path) -> list[dict[str, Any]]:
+    """The file notifier's complete lines so far: it creates the file before it writes the
+    line, so the file can exist and still be empty."""
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(x) for x in text[: text.rfind("\n") + 1].splitlines()]
+
+
 def test_alertmanager_rollback_is_recorded_with_its_incident(admin: Admin) -> None:
     admin.client.post(
         "/v1/mode", json={"action": "resume", "reason": "start", "stage_pct": 10}, headers=AUTH
@@ -240,10 +248,7 @@ def test_alertmanager_rollback_is_recorded_with_its_incident(admin: Admin) -> No
         stored.version
     )
     notes = admin.tmp / "incidents.jsonl"
-    deadline = time.monotonic() + 10
-    while not notes.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    lines = [json.loads(x) for x in notes.read_text().splitlines()]
+    lines = wait_for("the incident message", lambda: _messages(notes), 10)
     assert lines[0]["incident"]["detector"] == "alertmanager"
     assert lines[0]["incident"]["mode_after"] == "round_robin"
 
