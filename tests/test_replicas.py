@@ -42,6 +42,8 @@ pytestmark = pytest.mark.slow
 START_TIMEOUT_S = 90.0
 PROPAGATION_S = 1.0
 FAILOVER_S = 5.0
+READ_TO_END_S = 10.0
+"""How long an exited replica's last lines may take to reach its reader thread."""
 
 
 @dataclass
@@ -52,6 +54,7 @@ class Replica:
     proc: subprocess.Popen[str]
     lines: list[dict[str, Any]] = field(default_factory=list)
     died_at: float | None = None
+    reader: threading.Thread | None = None
 
     def start_reader(self) -> None:
         def read() -> None:
@@ -59,7 +62,15 @@ class Replica:
             for raw in self.proc.stdout:
                 self.lines.append(json.loads(raw))
 
-        threading.Thread(target=read, daemon=True).start()
+        self.reader = threading.Thread(target=read, daemon=True)
+        self.reader.start()
+
+    def read_to_end(self) -> None:
+        """Wait for the reader to take every line the exited process printed: its exit can
+        be seen before the reader thread has read its last line (its `stop`)."""
+        assert self.reader is not None
+        self.reader.join(READ_TO_END_S)
+        assert not self.reader.is_alive(), f"{self.name}'s stdout still open after its exit"
 
     def events(self, kind: str, after: float = 0.0) -> list[dict[str, Any]]:
         return [x for x in list(self.lines) if x["event"] == kind and x["t"] >= after]
@@ -121,6 +132,8 @@ def stop(replicas: list[Replica], tmp: Path | None = None) -> None:
             except subprocess.TimeoutExpired:
                 r.proc.kill()
                 codes[r.name] = r.proc.wait(10)
+    for r in replicas:
+        r.read_to_end()
     for r in replicas:
         if r.name in codes:
             assert codes[r.name] == 0, f"{r.name} exited with {codes[r.name]}"
