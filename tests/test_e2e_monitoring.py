@@ -344,8 +344,14 @@ def test_fault_alerts_through_alertmanager_and_every_panel_has_data(stack: Stack
             f"received {stack.hooks.received()}"
         )
         _check_alert(stack, note)
-        # The guard says why: the hot-spot detector, in its incident message.
-        assert "hot_spot" in stack.incidents.read_text()
+        # The guard says why: the hot-spot detector, in its incident message. serve writes
+        # it in a delivery round of its own, which the alert's path does not wait for.
+        _wait_until(
+            "the hot_spot incident message",
+            lambda: stack.incidents.is_file() and "hot_spot" in stack.incidents.read_text(),
+            10,
+            stack.procs,
+        )
         _check_rules(stack)
         panels, failures = _query_every_panel(stack)
         assert not failures, "panel queries failed:\n" + "\n".join(failures)
