@@ -6,21 +6,48 @@ socket listens, `stop()` asks it to exit and joins. Only 127.0.0.1 is ever bound
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 import time
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import uvicorn
 
+LOWEST_PICKED_PORT = 15000
+
 
 def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    """A TCP port that was free on 127.0.0.1 a moment ago, for a process started next.
+
+    Picked at random below the kernel's ephemeral range: a port the kernel hands out
+    (`bind` to 0) is one every outgoing connection may take too (a database client, an
+    HTTP pool) in the seconds before the new process binds it. From the range only when
+    no port below it is free."""
+    ephemeral_low = _ephemeral_low()
+    for _ in range(64):
+        port = random.randrange(LOWEST_PICKED_PORT, ephemeral_low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        picked: int = s.getsockname()[1]
+        return picked
+
+
+def _ephemeral_low() -> int:
+    """The first port of Linux's ephemeral range (32768 where it cannot be read)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+    return max(low, LOWEST_PICKED_PORT + 1024)
 
 
 class ServerThread:
