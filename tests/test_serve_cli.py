@@ -81,7 +81,7 @@ def test_sigterm_drains_the_audit_writer_and_logs_it(tmp_path: Path) -> None:
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            wait_serving(url, proc)
+            assert wait_serving(url, proc), log.read_text()
             body = {"model": "llama3.1-8b", "prompt_tokens": 100, "max_new_tokens": 10}
             routed = [httpx.post(f"{url}/v1/route", json=body).status_code for _ in range(25)]
             assert routed == [200] * 25

@@ -59,7 +59,7 @@ def _serve(tmp_path: Path, log_format: str | None) -> tuple[int, str]:
         )  # fmt: skip
         try:
             url = f"http://127.0.0.1:{port}"
-            wait_serving(url, proc)
+            assert wait_serving(url, proc), log.read_text()
             body = {"model": "llama3.1-8b", "prompt_tokens": 100, "max_new_tokens": 10}
             routed = [httpx.post(f"{url}/v1/route", json=body).status_code for _ in range(5)]
             assert routed == [200] * 5, log.read_text()
