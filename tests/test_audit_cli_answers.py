@@ -277,3 +277,21 @@ def test_history_and_incidents_in_parquet_keep_their_column_types(db: str, tmp_p
         assert schemas[0] == schemas[1], name
         for field in schemas[0]:
             assert str(field.type) != "null", (name, field.name)
+
+
+def test_history_of_switches_without_incidents_keeps_the_incident_id_type(
+    tmp_path: Path,
+) -> None:
+    """A window holding only manual switches (no incident id on any row) wrote
+    `incident_id` as `null` in parquet, unlike a quiet window's or an incident's; the
+    table still shows the missing id as "-"."""
+    db = str(tmp_path / "manual.db")
+    ok("db", "upgrade", "--db", db)
+    ok("rollback", "--hold", "--reason", "drill", "--db", db)
+    out = tmp_path / "manual.parquet"
+    ok("history", "--db", db, "-o", str(out))
+    assert str(pq.read_schema(out).field("incident_id").type) == "int64"
+    assert pd.read_parquet(out)["incident_id"].isna().tolist() == [True]
+    table = ok("history", "--db", db).splitlines()
+    row = next(line for line in table if "manual_hold" in line)
+    assert row.split("│")[-2].strip() == "-", row

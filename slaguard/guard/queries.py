@@ -57,10 +57,11 @@ def mode_history(engine: Engine, since: datetime, until: datetime) -> pd.DataFra
         for at, a, b, evidence, actor, reason, incident in rows
     ]
     frame = pd.DataFrame.from_records(records, columns=HISTORY_COLUMNS).astype(HISTORY_DTYPES)
-    # object, not float: ids print as 7 (not 7.0) and a missing one as "-"; none at all
-    # is typed still (parquet wrote it as `null`)
+    # object, not float: ids print as 7 (not 7.0) and a missing one as "-"; with no id
+    # at all (a quiet window, manual switches only) typed still: parquet wrote `null`
     ids = [r["incident_id"] for r in records]
-    frame["incident_id"] = pd.Series(ids, dtype=object if ids else "Int64")
+    held = any(i is not None for i in ids)
+    frame["incident_id"] = pd.Series(ids, dtype=object if held else "Int64")
     return frame
 
 
