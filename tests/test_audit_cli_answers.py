@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from sqlalchemy import text
 from test_audit_cli import EMPTY, RUN, START_S, WINDOW, ok, one_line_error, run_db, runner
 
 from slaguard.audit.engine import create_audit_engine
@@ -295,3 +296,26 @@ def test_history_of_switches_without_incidents_keeps_the_incident_id_type(
     table = ok("history", "--db", db).splitlines()
     row = next(line for line in table if "manual_hold" in line)
     assert row.split("│")[-2].strip() == "-", row
+
+
+def test_decisions_whose_outcomes_are_all_missing_keep_the_column_types(
+    db: str, tmp_path: Path
+) -> None:
+    """A window whose outcomes had not arrived yet (the last minutes) had every outcome
+    column NULL: typed from the values only when no row came back, they were written to
+    parquet as `null`, unlike the same columns of a window with outcomes."""
+    copy = tmp_path / "copy.db"
+    shutil.copy(db, copy)
+    engine = create_audit_engine(f"sqlite:///{copy}")
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM outcomes"))
+    engine.dispose()
+    schemas = []
+    for name, source in (("pending", copy), ("done", Path(db))):
+        out = tmp_path / f"{name}.parquet"
+        ok("audit", "decisions", *WINDOW, "--limit", "0", "--db", str(source), "-o", str(out))
+        schemas.append(pq.read_schema(out).remove_metadata())
+    assert [f.name for f in schemas[0] if str(f.type) == "null"] == []
+    assert schemas[0] == schemas[1]
+    pending = pd.read_parquet(tmp_path / "pending.parquet")
+    assert len(pending) > 100 and pending["ttft_s"].isna().all()
