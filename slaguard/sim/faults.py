@@ -34,10 +34,10 @@ ARRIVAL_KINDS = ("hot_prompt", "load_spike")
 MAX_SLOWDOWN = 1000.0
 """A card 1,000x slower has stopped; write a `fail` fault."""
 MAX_LOAD_FACTOR = 100.0
+"""Arrivals are copied in memory: x100 of an hour-long trace is already ~2M requests."""
 MAX_HOT_TOKENS = 1 << 24
 """Bound on a hot prompt's token counts before any fleet is known: 1e20 was an
 OverflowError or a MemoryError traceback (one prefix block id per 512 tokens)."""
-"""Arrivals are copied in memory: x100 of an hour-long trace is already ~2M requests."""
 
 
 Number = Annotated[_FleetNumber, Field(strict=False)]
