@@ -16,7 +16,7 @@ from helpers import usual_umask
 from typer.testing import CliRunner
 
 from slaguard.cli.main import app
-from slaguard.emulator.workdir import LOCK_FILE, WORKDIR_MARK, claimed_workdir
+from slaguard.emulator.workdir import DEFAULT_WORKDIR, LOCK_FILE, WORKDIR_MARK, claimed_workdir
 
 
 def test_a_directory_someone_keeps_things_in_is_refused_and_kept(tmp_path: Path) -> None:
@@ -110,17 +110,19 @@ def test_routing_only_samples_the_fleets_own_models(tmp_path: Path) -> None:
     assert sum("(no_capacity)" in x for x in lines) == 2
 
 
-def test_routing_only_refuses_a_work_directory_it_would_not_use(tmp_path: Path) -> None:
+@pytest.mark.parametrize("given", ["work", "default"])
+def test_routing_only_refuses_a_work_directory_it_would_not_use(tmp_path: Path, given: str) -> None:
     """`--routing-only --workdir DIR` printed the samples and dropped --workdir without a
-    word, as `--fleet` without --routing-only was before (refused since)."""
-    work = tmp_path / "work"
+    word, as `--fleet` without --routing-only was before (refused since); so it did when
+    DIR was the default directory written out."""
+    work = tmp_path / "work" if given == "work" else DEFAULT_WORKDIR
     result = CliRunner().invoke(app, ["demo", "--routing-only", "--workdir", str(work)])
     assert result.exit_code == 2 and result.stdout == "", result.output
     assert result.stderr == (
         "error: --workdir: only for the full demo (--routing-only starts no process and "
         "writes nothing); fix: drop --workdir, or drop --routing-only\n"
     )
-    assert not work.exists()
+    assert given == "default" or not work.exists()
 
 
 def test_a_directory_holding_only_a_lock_file_is_taken(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from rich.markup import escape
 from slaguard.cli.errors import fail, print_error
 from slaguard.cli.fleet import load_or_fail
 from slaguard.cli.paths import path_option
+from slaguard.cli.usage import defaulted
 from slaguard.emulator.demo import run_demo
 from slaguard.emulator.stack import Interrupted, LeftRunning
 from slaguard.emulator.workdir import DEFAULT_WORKDIR
@@ -123,7 +124,7 @@ def demo(
         except RuntimeError as exc:
             fail(str(exc))
         return
-    if workdir != DEFAULT_WORKDIR:  # it was dropped without a word
+    if not defaulted("workdir"):  # it was dropped without a word, the default written out too
         fail(
             "--workdir: only for the full demo (--routing-only starts no process and writes "
             "nothing); fix: drop --workdir, or drop --routing-only"
