@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,6 +68,8 @@ def writing_to(path: Path, option: str) -> Iterator[Path]:
     try:
         yield path if direct else partial
         if not direct and partial.exists():  # a writer that wrote nothing leaves `path`
+            if real.is_file():  # a file kept private stays so, not widened to the umask's
+                shutil.copymode(real, partial)
             os.replace(partial, real)
     except OSError as exc:
         fail(f"{option}: cannot write {path}: {exc.strerror or exc}; fix: write somewhere else")
