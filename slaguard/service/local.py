@@ -22,10 +22,11 @@ LOWEST_PICKED_PORT = 15000
 def free_port() -> int:
     """A TCP port that was free on 127.0.0.1 a moment ago, for a process started next.
 
-    Picked at random below the kernel's ephemeral range: a port the kernel hands out
-    (`bind` to 0) is one every outgoing connection may take too (a database client, an
-    HTTP pool) in the seconds before the new process binds it. From the range only when
-    no port below it is free."""
+    Picked at random below the kernel's ephemeral range (where that range starts above
+    16,024, as Linux's default 32,768 does): a port the kernel hands out (`bind` to 0) is
+    one every outgoing connection may take too (a database client, an HTTP pool) in the
+    seconds before the new process binds it. From the range only when no port below it
+    is free."""
     ephemeral_low = _ephemeral_low()
     for _ in range(64):
         port = random.randrange(LOWEST_PICKED_PORT, ephemeral_low)
