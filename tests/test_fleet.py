@@ -241,3 +241,22 @@ def test_a_model_some_priorities_can_never_reach_is_warned_about(tmp_path: Path)
         " priorities: [high, normal]}\n"
     )
     assert load_fleet(path).notes == ()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://bob:s3cret-pw@10.0.0.5:8000", "https://bob@10.0.0.5", "http://:s3cret-pw@10.0.0.{i}"],
+)
+def test_url_with_credentials_is_refused_without_echoing_them(url: str) -> None:
+    """`/v1/route` answers each client its target's url and `/v1/status` shows every one,
+    both without credentials: a password in a url reached every caller (and the scraper's
+    failure log), so it is refused, and the refusal does not quote it."""
+    target = {"id": "a", "model": "llama3.1-8b", "card": "h100", "url": url, "count": 2}
+    with pytest.raises(FleetError) as err:
+        build_fleet({"targets": [target]}, "fleet.yaml")
+    msg = str(err.value)
+    assert msg.startswith("fleet.yaml: targets[0].url: ")
+    assert "user name or password" in msg
+    assert "SLAGUARD_BACKEND_API_KEY" in msg
+    assert "s3cret" not in msg and "bob" not in msg
+    assert "\n" not in msg

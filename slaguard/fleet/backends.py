@@ -1,11 +1,12 @@
 """Each target's `url` is a backend of its own: the scraper reads that backend's load into
 the target and the router counts its capacity, so one backend under two targets was
-counted twice without a word."""
+counted twice without a word. Nor does a url carry credentials: clients are shown it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
+from urllib.parse import urlsplit
 
 REPLICA_NUMBER = "{i}"
 """In a `url` with `count` above 1, replaced by each replica's number (0, 1, ...)."""
@@ -23,6 +24,22 @@ class _Spec(Protocol):
 def replica_url(url: str | None, count: int, k: int) -> str | None:
     """The url of replica `k` of a target written with `count` replicas."""
     return url.replace(REPLICA_NUMBER, str(k)) if url is not None and count > 1 else url
+
+
+def credentials_in_url(specs: Sequence[_Spec]) -> tuple[int, str, str] | None:
+    """(target index, problem, fix) for the first url holding a user name or password:
+    `/v1/route` answers each client its target's url and `/v1/status` shows them all, so a
+    password there reached every caller. Neither is quoted back."""
+    for i, spec in enumerate(specs):
+        if spec.url is not None and "@" in urlsplit(spec.url).netloc:
+            return (
+                i,
+                f"the url of {spec.id!r} holds a user name or password, which /v1/route and "
+                "/v1/status show every caller",
+                "remove them from the url; for a backend that needs a key, set "
+                "$SLAGUARD_BACKEND_API_KEY (sent as a bearer token)",
+            )
+    return None
 
 
 def shared_backend(specs: Sequence[_Spec]) -> tuple[int, str, str] | None:

@@ -30,7 +30,12 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from slaguard.fleet.backends import REPLICA_NUMBER, replica_url, shared_backend
+from slaguard.fleet.backends import (
+    REPLICA_NUMBER,
+    credentials_in_url,
+    replica_url,
+    shared_backend,
+)
 from slaguard.fleet.catalogue import CardType, ModelSpec, builtin_cards, builtin_models
 from slaguard.fleet.request import Priority
 from slaguard.fleet.validation import Number, Whole, explain
@@ -315,7 +320,7 @@ def build_fleet(raw: Any, source: str = "<fleet>") -> Fleet:
                 f"use one of {sorted(models)}",
             )
     _refuse_degrade_to_itself(source, models)
-    shared = shared_backend(spec.targets)
+    shared = credentials_in_url(spec.targets) or shared_backend(spec.targets)
     if shared is not None:
         raise _fail(source, f"targets[{shared[0]}].url", shared[1], shared[2])
     targets: list[Target] = []
