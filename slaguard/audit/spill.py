@@ -24,6 +24,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +44,36 @@ _A = TypeVar("_A")
 
 class SpillInUseError(RuntimeError):
     """Another live process owns this spill directory."""
+
+
+class SpillDirUnsafeError(RuntimeError):
+    """The spill directory is another user's, or writable by every user."""
+
+
+def unsafe_directory(directory: Path) -> str | None:
+    """Why `directory` (if it exists) is not ours alone, or None. The writer replays every
+    segment in it into the database and deletes what it committed: whoever may write there
+    can forge audit records or delete unwritten ones (the default name is predictable)."""
+    try:
+        st = directory.stat()
+    except OSError:
+        return None  # made by us (0700), or refused by the mkdir that follows
+    harm = (
+        "whoever may write there can add records the audit writer replays into the "
+        "database, or delete ones not yet written"
+    )
+    if st.st_uid != os.geteuid():
+        return (
+            f"spill directory {directory} belongs to another user (uid {st.st_uid}): {harm}; "
+            "fix: remove it, or name a directory of your own"
+        )
+    if st.st_mode & stat.S_IWOTH:  # a group's members were let in by whoever set it so
+        return (
+            f"spill directory {directory} is writable by every user (mode "
+            f"{stat.S_IMODE(st.st_mode):04o}): {harm}; fix: `chmod o-w {directory}`, or name "
+            "a directory of your own"
+        )
+    return None
 
 
 @dataclass(slots=True)
@@ -76,6 +107,8 @@ class SpillJournal:
         self.lock = threading.RLock()
         # audit records are private: owner-only when we create them (an existing directory
         # and lock file keep their modes)
+        if (problem := unsafe_directory(directory)) is not None:
+            raise SpillDirUnsafeError(problem)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._lock_fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:

@@ -20,7 +20,7 @@ from slaguard.audit.engine import (
     resolve_db_url,
 )
 from slaguard.audit.migrate import SchemaNotCurrentError
-from slaguard.audit.spill import SpillInUseError
+from slaguard.audit.spill import SpillDirUnsafeError, SpillInUseError, unsafe_directory
 from slaguard.audit.writer_settings import WriterStartError
 from slaguard.cli.dbopen import check_sqlite_directory, check_sqlite_file
 from slaguard.cli.errors import USER_ERROR_EXIT, fail
@@ -115,6 +115,8 @@ def check_spill_dir(path: Path, source: str) -> None:
         fail(_spill_refusal(source, f"{what} not a directory"))
     if not os.access(probe, os.W_OK | os.X_OK):
         fail(_spill_refusal(source, f"{probe} is not writable by this user"))
+    if (problem := unsafe_directory(path)) is not None:
+        fail(f"{source}: {problem}")
     if probe != path:  # made and removed at once: `/proc/x` passes the checks above
         first = next(p for p in (path, *path.parents) if p.parent == probe)
         try:
@@ -201,6 +203,8 @@ def serve(
         _refuse(str(exc), as_json=as_json)
     except WriterStartError as exc:
         _refuse(str(exc), as_json=as_json)
+    except SpillDirUnsafeError as exc:  # made so since the check above
+        _refuse(f"{spill_source}: {exc}", as_json=as_json)
     except SpillInUseError as exc:
         _refuse(
             f"audit spill journal: {exc}; fix: give each replica its own spill_dir "

@@ -26,7 +26,13 @@ from slaguard.audit.engine import (
 from slaguard.audit.lines import FLEET_TAG
 from slaguard.audit.migrate import SchemaNotCurrentError, refuse_newer_schema, upgrade
 from slaguard.audit.models import Decision, Incident, ModeChange, Outcome, WeightVersion
-from slaguard.audit.spill import SpillInUseError, SpillJournal, remove_if_unused, segment_files
+from slaguard.audit.spill import (
+    SpillDirUnsafeError,
+    SpillInUseError,
+    SpillJournal,
+    remove_if_unused,
+    segment_files,
+)
 from slaguard.audit.writer import open_writer
 from slaguard.audit.writer_settings import WriterStats
 from slaguard.cli.dbopen import connect
@@ -62,7 +68,7 @@ def audit_sink(db: str, sim: Simulation) -> AuditObserver:
     _check_journal_empty(spill_dir, shown_url(engine.url))
     try:
         writer = open_writer(engine.url.render_as_string(hide_password=False), spill_dir=spill_dir)
-    except (SchemaNotCurrentError, SpillInUseError, OSError) as exc:
+    except (SchemaNotCurrentError, SpillInUseError, SpillDirUnsafeError, OSError) as exc:
         fail(f"--audit-db: {exc}")
     # ends before now even if every request drains for as long as the simulator allows
     horizon = (float(sim.arrivals[-1]) if len(sim.arrivals) else 0.0) + sim.options.drain_s
@@ -111,7 +117,7 @@ def _check_journal_empty(spill_dir: Path, url: str) -> None:
         return  # also when there is no such directory
     try:
         journal = SpillJournal(spill_dir, header_tag=FLEET_TAG)
-    except (SpillInUseError, OSError) as exc:
+    except (SpillInUseError, SpillDirUnsafeError, OSError) as exc:
         fail(f"--audit-db: {exc}")
     records, size = journal.recovered_records, journal.pending_bytes
     journal.close()  # keeps segments the database has not confirmed
