@@ -175,6 +175,15 @@ _TARGET = {"id": "a", "model": "llama3.1-8b", "card": "h100"}
             {"targets": [{**_TARGET, "id": "h100 8b"}]},
             "targets[0].id: a space or control character, ' ' at position 4 (got 'h100 8b'); fix:",
         ),
+        (  # accepted: every gateway answer from it was a 500 (x-slaguard-target is latin-1)
+            {"targets": [{**_TARGET, "id": "h100-日本"}]},
+            "targets[0].id: a character outside ASCII, '日' at position 5, which the "
+            "x-slaguard-target header cannot carry (got 'h100-日本'); fix:",
+        ),
+        (
+            {"targets": [{**_TARGET, "id": "h100-é"}]},
+            "targets[0].id: a character outside ASCII, 'é' at position 5, ",
+        ),
     ],
 )
 def test_loose_values_are_refused(doc: dict[str, object], expected: str) -> None:

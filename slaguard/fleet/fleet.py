@@ -88,13 +88,21 @@ class TargetSpec(BaseModel):
     @field_validator("id")
     @classmethod
     def _printable_id(cls, target_id: str) -> str:
-        """An id is a metric label, a database key and a word on a command line: a control
-        character or a space in it is a slip that would go everywhere unseen."""
+        """An id is a metric label, a database key, a word on a command line and the value
+        of the gateway's `x-slaguard-target` header: a control character or a space in it
+        is a slip that would go everywhere unseen."""
         for at, ch in enumerate(target_id):
             if not ch.isprintable() or ch.isspace():
                 raise PydanticCustomError(
                     "unprintable_id",
                     "a space or control character, {ch} at position {at}",
+                    {"ch": repr(ch), "at": at},
+                )
+            if not ch.isascii():  # latin-1 is all a header carries: the answer was a 500
+                raise PydanticCustomError(
+                    "non_ascii_id",
+                    "a character outside ASCII, {ch} at position {at}, which the "
+                    "x-slaguard-target header cannot carry",
                     {"ch": repr(ch), "at": at},
                 )
         return target_id

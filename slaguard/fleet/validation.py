@@ -48,6 +48,7 @@ _FIXES = {  # by pydantic error type; the bound comes from the error's context
     "missing": "add it",
     "duplicate_priority": "list each priority once",
     "unprintable_id": "write the id in printable characters without spaces, e.g. h100-8b",
+    "non_ascii_id": "write the id in ASCII letters, digits and punctuation, e.g. h100-8b",
 }
 
 
