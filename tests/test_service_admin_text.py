@@ -4,6 +4,7 @@ rollback (Alertmanager retried a 503 for ever and nothing rolled back)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import httpx
@@ -112,3 +113,29 @@ def test_a_critical_alert_with_a_nul_still_rolls_the_fleet_back(
     (stored,) = evidence["verdicts"][0]["evidence"]["alerts"]
     assert stored["labels"]["instance"] == "h100\\x00-0"
     assert stored["labels"]["odd\\x00key"] == "x"
+
+
+def test_a_reason_or_alert_summary_cannot_forge_log_lines(
+    on_postgres: tuple[Service, httpx.Client], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The mode change's log line quoted the reason as sent: a newline in it wrote a
+    second, forged log line (`... fleet mode resume by api:ceo: all fine`) and an ESC
+    sequence cleared the terminal reading the log. Written out, as the incident's line."""
+    service, client = on_postgres
+    forged = "\n2026-12-01 06:00:00,000 INFO slaguard.service.modes: all fine\x1b[2J"
+    with caplog.at_level(logging.INFO, logger="slaguard.service.modes"):
+        r = client.post("/v1/mode", json={"action": "resume", "reason": "x" + forged}, headers=AUTH)
+        assert r.status_code == 200, r.text
+        payload = _webhook(ALERT)
+        payload["alerts"][0]["annotations"]["summary"] = "burning" + forged
+        r = client.post("/v1/alertmanager", json=payload, headers=AUTH)
+        assert r.json()["action"] == "rollback", r.text
+    said = [r.getMessage() for r in caplog.records if r.name == "slaguard.service.modes"]
+    assert len(said) == 2, said
+    for line in said:
+        assert "\n" not in line and "\x1b" not in line, line
+        assert "\\n2026-12-01 06:00:00,000 INFO" in line and "\\x1b[2J" in line, line
+    assert (
+        current_mode(service.engine).reason
+        == "alertmanager: " + ALERT + " firing (burning" + forged + ")"
+    )

@@ -36,6 +36,7 @@ from slaguard.guard.runtime import GuardReplica
 from slaguard.guard.samples import FirstToken, GuardSample, Handed
 from slaguard.guard.verdicts import Action, JsonDict, Severity, Verdict
 from slaguard.notify.base import SLACK_NOTIFIERS
+from slaguard.plaintext import visible
 from slaguard.scheduler.rollout import Arm, FleetMode
 from slaguard.scheduler.state import FleetState
 from slaguard.telemetry.metrics import SlaguardMetrics
@@ -343,7 +344,7 @@ class ReplicaModes:
         # WARNING only for what moves traffic: Alertmanager repeats a firing alert every
         # repeat interval, and each no-op said so at WARNING
         level = logging.WARNING if outcome.result.changed else logging.INFO
-        log.log(level, "fleet mode %s by %s: %s", action.value, actor, msg)
+        log.log(level, "fleet mode %s by %s: %s", action.value, actor, visible(msg))
         self.metrics.set_fleet_mode(self.replica.current())
         return outcome
 
