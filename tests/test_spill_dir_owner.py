@@ -32,9 +32,13 @@ def test_a_directory_others_may_write_is_refused_and_left_untouched(
         f"spill directory {spill} is writable by every user (mode {mode & 0o7777:04o}): "
         "whoever may write there can add records the audit writer replays into the "
         f"database, or delete ones not yet written; fix: `chmod o-w {spill}`, or name a "
-        "directory of your own"
+        f"new directory inside it ({spill / 'spill'}: slaguard makes it private, as a volume "
+        "mounted 0777 needs)"
     )
     assert list(spill.iterdir()) == []  # not even a LOCK file
+    inside = SpillJournal(spill / "spill")  # the fix it names works
+    inside.close()
+    assert (spill / "spill").stat().st_mode & 0o777 == 0o700
 
 
 def test_a_directory_of_another_user_is_refused(tmp_path: Path) -> None:
@@ -68,7 +72,8 @@ def test_serve_refuses_it_in_one_line_before_making_the_database(tmp_path: Path)
         f"error: spill_dir (default {spill}, beside the database): spill directory {spill} "
         "is writable by every user (mode 0777): whoever may write there can add records "
         "the audit writer replays into the database, or delete ones not yet written; "
-        f"fix: `chmod o-w {spill}`, or name a directory of your own\n"
+        f"fix: `chmod o-w {spill}`, or name a new directory inside it ({spill / 'spill'}: "
+        "slaguard makes it private, as a volume mounted 0777 needs)\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.db.spill"]
     assert list(spill.iterdir()) == []

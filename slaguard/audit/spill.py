@@ -57,7 +57,7 @@ def unsafe_directory(directory: Path) -> str | None:
     try:
         st = directory.stat()
     except OSError:
-        return None  # made by us (0700), or refused by the mkdir that follows
+        return None  # absent: slaguard makes it owner-only
     harm = (
         "whoever may write there can add records the audit writer replays into the "
         "database, or delete ones not yet written"
@@ -65,13 +65,15 @@ def unsafe_directory(directory: Path) -> str | None:
     if st.st_uid != os.geteuid():
         return (
             f"spill directory {directory} belongs to another user (uid {st.st_uid}): {harm}; "
-            "fix: remove it, or name a directory of your own"
+            f"fix: remove it, or name a new directory inside it ({directory / 'spill'}: "
+            "slaguard makes it private)"
         )
     if st.st_mode & stat.S_IWOTH:  # a group's members were let in by whoever set it so
         return (
             f"spill directory {directory} is writable by every user (mode "
             f"{stat.S_IMODE(st.st_mode):04o}): {harm}; fix: `chmod o-w {directory}`, or name "
-            "a directory of your own"
+            f"a new directory inside it ({directory / 'spill'}: slaguard makes it private, as a "
+            "volume mounted 0777 needs)"
         )
     return None
 
@@ -107,9 +109,10 @@ class SpillJournal:
         self.lock = threading.RLock()
         # audit records are private: owner-only when we create them (an existing directory
         # and lock file keep their modes)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # after the mkdir: a directory someone made between a check and it is caught too
         if (problem := unsafe_directory(directory)) is not None:
             raise SpillDirUnsafeError(problem)
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._lock_fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
