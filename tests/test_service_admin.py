@@ -371,3 +371,20 @@ def test_an_alert_while_the_database_cannot_be_read_is_a_503_not_a_500(admin: Ad
     finally:
         with admin.service.engine.begin() as conn:
             conn.execute(text("ALTER TABLE mode_changes_away RENAME TO mode_changes"))
+
+
+def test_another_fleets_label_is_logged_on_one_line(
+    admin: Admin, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An alert's `fleet` label went into the log line as sent: a newline in it forged a
+    second line (any Alertmanager sender could write the service's log)."""
+    caplog.set_level(logging.INFO, logger="slaguard.service.admin")
+    forged = _webhook("SlaguardSLAErrorBudgetBurn")
+    forged["alerts"][0]["labels"]["fleet"] = "eu\n2026-12-01 ERROR forged\x1b[2J"
+    # with an alert of no fleet beside it (acted on as this fleet's): a KeyError, a 500
+    forged["alerts"].append(_webhook("SomethingElse")["alerts"][0])
+    r = admin.client.post("/v1/alertmanager", json=forged, headers=AUTH)
+    assert r.status_code == 200 and r.json()["matched"] == [], r.text
+    (line,) = [m for m in caplog.messages if "alerts of other fleets" in m]
+    assert "\n" not in line and "\x1b" not in line
+    assert "(eu\\n2026-12-01 ERROR forged\\x1b[2J)" in line

@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from slaguard.audit.engine import error_line
 from slaguard.guard.writes import NUL, written_out
-from slaguard.plaintext import actor_problem
+from slaguard.plaintext import actor_problem, visible
 from slaguard.service.hotpath import json_body, validation_message
 from slaguard.service.modes import FiringAlert, ModeUnavailableError
 from slaguard.service.schemas import (
@@ -161,7 +161,8 @@ def _of_this_fleet(fleet: str | None, alerts: list[AlertmanagerAlert]) -> list[A
         return list(alerts)
     ours = [a for a in alerts if a.labels.get("fleet", fleet) == fleet]
     if len(ours) < len(alerts):
-        others = sorted({a.labels["fleet"] for a in alerts} - {fleet})
+        named = {visible(a.labels["fleet"]) for a in alerts if "fleet" in a.labels}
+        others = sorted(named - {visible(fleet)})
         log.info(
             "alertmanager webhook: %d alerts of other fleets (%s) ignored: this service acts "
             "for fleet %s (alertmanager.fleet)",
