@@ -4,6 +4,7 @@ one SQLite file (the batch format: `test_replicas_forward_format`)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -136,6 +137,30 @@ def test_the_spool_is_bounded_and_abandoned_partial_files_are_removed(tmp_path: 
     assert spool.take() == ["a", "b", "c", "d"]
     assert not old.exists() and fresh.exists()
     assert spool.take() == []
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777])
+def test_a_spool_every_user_can_write_is_neither_read_nor_written(
+    tmp_path: Path, mode: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its name is predictable (beside the SQLite file): a spool another local user made,
+    or could write to, fed the leader their batches, forged samples that could trip the
+    guard and roll the fleet back."""
+    path = tmp_path / "spool"
+    path.mkdir()
+    path.chmod(mode)
+    (path / "planted.1.000000000001.batch").write_text("forged")
+    spool = SpoolDir(path, "replica-b")
+    with caplog.at_level(logging.WARNING, logger="slaguard.guard.forward"):
+        assert spool.take() == []
+        spool.put(["mine"])
+    assert sorted(p.name for p in path.iterdir()) == ["planted.1.000000000001.batch"]
+    assert any(
+        f"guard sample spool {path} is writable by every user" in m and "fix: remove it" in m
+        for m in caplog.messages
+    ), caplog.messages
+    path.chmod(0o700)
+    assert spool.take() == ["forged"]  # the owner made it private: read again
 
 
 def test_a_new_leader_keeps_the_demotions_of_the_last_one(engine: Engine) -> None:

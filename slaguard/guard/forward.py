@@ -23,11 +23,13 @@ import json
 import logging
 import os
 import re
+import stat
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from slaguard.failure_log import FailureLog
 from slaguard.guard.samples import FirstToken, GuardSample, Handed
 from slaguard.scheduler.rollout import Arm
 
@@ -205,11 +207,31 @@ class SpoolDir:
         self.name = re.sub(r"[^A-Za-z0-9_-]", "_", replica_id)
         self.max_files = max_files
         self._seq = 0
+        self._unsafe = FailureLog(log, "guard sample forwarding")
+
+    def _ours_alone(self) -> bool:
+        """Its name is predictable (beside the SQLite file): a spool another user made or
+        may write to could feed the leader forged samples, and trip the guard. Such a
+        spool is neither read nor written, with a WARNING (then once a minute)."""
+        st = self.path.stat()
+        if st.st_uid == os.geteuid() and not st.st_mode & stat.S_IWOTH:
+            self._unsafe.succeeded(time.time())
+            return True
+        owner = "is another user's" if st.st_uid != os.geteuid() else "is writable by every user"
+        self._unsafe.failed(
+            f"guard sample spool {self.path} {owner} (uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):04o}), so its batches may be forged: not used; fix: "
+            "remove it (slaguard makes it again, owner-only)",
+            time.time(),
+        )
+        return False
 
     def put(self, texts: Iterable[str]) -> None:
         """Follower: one file per batch (best effort; nothing once the spool is full)."""
         try:
             self.path.mkdir(mode=0o700, exist_ok=True)
+            if not self._ours_alone():
+                return
             if len(os.listdir(self.path)) >= self.max_files:
                 log.debug(
                     "guard samples not forwarded: %d files wait in %s", self.max_files, self.path
@@ -228,6 +250,8 @@ class SpoolDir:
         """Leader: every complete batch waiting, each handed out once; the half-written
         files of followers that died mid-write are removed once older than `MAX_AGE_S`."""
         try:
+            if not self._ours_alone():
+                return []
             names = sorted(p for p in self.path.glob("*.batch"))
             self._remove_abandoned(self.path.glob(".*.tmp"))
         except OSError:
