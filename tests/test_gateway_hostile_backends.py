@@ -1,0 +1,95 @@
+"""The gateway in front of a backend that misbehaves on purpose (`fakes.hostile_backend`):
+a real service on 127.0.0.1, its fleet file pointing at the raw-socket backend."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from fakes.hostile_backend import LONG_LINE_BYTES, HostileBackend, event
+from gateway_stack import MODEL, SCRAPED
+from helpers import stored_outcome
+
+from slaguard.service.app import create_app
+from slaguard.service.bootstrap import Service, build_service
+from slaguard.service.config import load_config
+from slaguard.service.local import ServerThread
+from slaguard.service.sse_meter import MAX_LINE_BYTES, StreamMeter
+
+FIRST_BYTE_TIMEOUT_S = 1.0
+
+
+@dataclass
+class Hostile:
+    service: Service
+    client: httpx.Client
+    backend: HostileBackend
+
+    def chat(self, mode: str, request_id: str, stream: bool = True) -> httpx.Response:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": mode}],
+                "max_tokens": 4, "stream": stream}  # fmt: skip
+        return self.client.post(
+            "/v1/chat/completions", json=body, headers={"X-Request-Id": request_id}
+        )
+
+    def outcome(self, request_id: str) -> dict[str, Any]:
+        found: dict[str, Any] = stored_outcome(self.service.engine, request_id).outcome
+        return found
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
+    tmp = tmp_path_factory.mktemp("hostile")
+    with HostileBackend() as backend:
+        target = {"id": "h100-8b", "model": MODEL, "card": "h100", "url": backend.url}
+        (tmp / "fleet.yaml").write_text(yaml.safe_dump({"targets": [target]}))
+        config = {
+            "fleet": tmp / "fleet.yaml",
+            "db": str(tmp / "audit.db"),
+            "notify_file": tmp / "incidents.jsonl",
+            "telemetry": SCRAPED,
+            "gateway": {"first_byte_timeout_s": FIRST_BYTE_TIMEOUT_S, "eject_after_failures": 0},
+        }
+        service = build_service(load_config(None, config))
+        try:
+            app = create_app(service.runtime, admin_token=None, readiness=service.readiness)
+            with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as c:
+                yield Hostile(service, c, backend)
+        finally:
+            service.close()
+
+
+def test_a_line_without_end_holds_at_most_max_line_bytes() -> None:
+    """The meter held a line until its newline came, re-copying it at every chunk: a
+    backend's endless line grew the gateway's memory without bound, quadratic in CPU."""
+    meter = StreamMeter(time.perf_counter())
+    piece = b"x" * (16 << 10)
+    tracemalloc.start()
+    try:
+        meter.feed(b"data: ")
+        for _ in range((8 << 20) // len(piece)):  # an 8 MiB line
+            meter.feed(piece)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert meter.held <= MAX_LINE_BYTES
+    assert peak < 2 * MAX_LINE_BYTES, f"{peak} bytes held for one line"
+    # the overlong line is skipped, whole; the events after it are read
+    ok = event("hi")
+    meter.feed(b'{"choices": [{"delta": {"content": "no"}}]}\n\n' + ok[:9])
+    meter.feed(ok[9:])
+    assert meter.events == 1 and meter.first_token_at is not None and meter.held == 0
+
+
+def test_a_stream_with_a_huge_line_is_relayed_whole_and_metered(hostile: Hostile) -> None:
+    r = hostile.chat("long_line", "long-line")
+    assert r.status_code == 200
+    assert len(r.content) == LONG_LINE_BYTES + len(b"\n\n" + event("tok") + b"data: [DONE]\n\n")
+    out = hostile.outcome("long-line")
+    assert out["status"] == "ok" and out["ttft_s"] is not None and out["ttft_s"] <= out["e2e_s"]
