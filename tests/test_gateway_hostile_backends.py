@@ -93,3 +93,13 @@ def test_a_stream_with_a_huge_line_is_relayed_whole_and_metered(hostile: Hostile
     assert len(r.content) == LONG_LINE_BYTES + len(b"\n\n" + event("tok") + b"data: [DONE]\n\n")
     out = hostile.outcome("long-line")
     assert out["status"] == "ok" and out["ttft_s"] is not None and out["ttft_s"] <= out["e2e_s"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_backends_429_keeps_its_retry_after(hostile: Hostile, stream: bool) -> None:
+    """The backend's headers were dropped, its `Retry-After` too: OpenAI's SDKs then
+    retried a shedding backend on their own short backoff instead of when it asked."""
+    r = hostile.chat("too_many", f"too-many-{stream}", stream=stream)
+    assert r.status_code == 429 and r.json()["error"]["message"] == "slow down"
+    assert r.headers.get("retry-after") == "7"
+    assert hostile.outcome(f"too-many-{stream}")["status"] == "failed"

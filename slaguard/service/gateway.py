@@ -14,7 +14,8 @@ the client already holds part of an answer. A target failing `gateway.eject_afte
 times in a row is ejected for a while (`ejection`). Backend 4xx answers pass through unchanged:
 a 401, 403, 408 or 429 is the fleet's failure (`FLEET_REFUSALS`; a 401 or 403, about
 slaguard's credentials, is also logged by `upstream`), any other the client's mistake,
-a `client_error` no SLA judges. The errors slaguard answers itself are in OpenAI's shape
+a `client_error` no SLA judges. Of the backend's headers only `Content-Type` and
+`Retry-After` are relayed. The errors slaguard answers itself are in OpenAI's shape
 (`hotpath.openai_error`). TTFT is measured at the first SSE event carrying a token;
 TPOT = (end - first token) / (completion tokens - 1), with the token count from the
 backend's `usage` when it sends one.
@@ -194,6 +195,9 @@ async def _proxy(
         DECISION_HEADER: entry.decision_id,
         "x-slaguard-target": rt.fleet.targets[entry.target_index].id,
     }
+    retry_after = resp.headers.get("retry-after", "")
+    if retry_after.isascii() and retry_after.isprintable() and retry_after:
+        out_headers["retry-after"] = retry_after  # a 429's: when the backend takes more
     media = resp.headers.get("content-type", "application/json")
     if not body.stream or resp.status >= 400:
         return await _whole(request, rt, routed, decide_s, meter, up, out_headers, media)
