@@ -82,8 +82,8 @@ def test_a_stalled_target_is_learned_as_failed_and_heard_as_slow(
     assert hist.quantile(chosen, 1.0) >= FIRST_BYTE_TIMEOUT_S * 0.9  # a bucket's lower edge
     warned = [m for m in caplog.messages if m.startswith(f"gateway: target {chosen} failed")]
     assert warned == [
-        f"gateway: target {chosen} failed before the first byte (TimeoutError); retried on "
-        "the next-best target"
+        f"gateway: target {chosen} failed before the first byte (TimeoutError: no first byte "
+        "within 1 s (gateway.first_byte_timeout_s)); retried on the next-best target"
     ]
     outcome = stored_outcome(rt.engine, r.headers["x-slaguard-decision-id"]).outcome
     assert outcome["status"] == "ok" and outcome["ttft_s"] > FIRST_BYTE_TIMEOUT_S

@@ -23,6 +23,7 @@ from slaguard.service.local import ServerThread
 from slaguard.service.sse_meter import MAX_LINE_BYTES, StreamMeter
 
 FIRST_BYTE_TIMEOUT_S = 1.0
+READ_TIMEOUT_S = 2.0
 
 
 @dataclass
@@ -54,7 +55,11 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
             "db": str(tmp / "audit.db"),
             "notify_file": tmp / "incidents.jsonl",
             "telemetry": SCRAPED,
-            "gateway": {"first_byte_timeout_s": FIRST_BYTE_TIMEOUT_S, "eject_after_failures": 0},
+            "gateway": {
+                "first_byte_timeout_s": FIRST_BYTE_TIMEOUT_S,
+                "read_timeout_s": READ_TIMEOUT_S,
+                "eject_after_failures": 0,
+            },
         }
         service = build_service(load_config(None, config))
         try:
@@ -103,3 +108,32 @@ def test_a_backends_429_keeps_its_retry_after(hostile: Hostile, stream: bool) ->
     assert r.status_code == 429 and r.json()["error"]["message"] == "slow down"
     assert r.headers.get("retry-after") == "7"
     assert hostile.outcome(f"too-many-{stream}")["status"] == "failed"
+
+
+@pytest.mark.parametrize(
+    ("stream", "why"),
+    [
+        (True, "no first byte within 1 s (gateway.first_byte_timeout_s)"),
+        (False, "no answer within 2 s (gateway.read_timeout_s)"),
+    ],
+)
+def test_a_backend_that_never_answers_is_named_with_the_limit_it_ran_into(
+    hostile: Hostile, stream: bool, why: str
+) -> None:
+    """The 502, the audit note and the log said only `TimeoutError`: not which limit, nor
+    which setting to look at."""
+    rid = f"never-{stream}"
+    began = time.monotonic()
+    r = hostile.chat("never", rid, stream=stream)
+    waited = time.monotonic() - began
+    assert r.status_code == 502
+    assert r.json()["error"]["message"] == (
+        f"backend failed before answering: h100-8b: TimeoutError: {why}"
+    )
+    limit = FIRST_BYTE_TIMEOUT_S if stream else READ_TIMEOUT_S
+    assert limit <= waited < limit + 1.5
+    found = stored_outcome(hostile.service.engine, rid)
+    assert found.outcome["status"] == "failed" and found.outcome["sla_met"] is False
+    assert found.other["notes"] == [
+        f"gateway: h100-8b failed before the first byte (TimeoutError: {why})"
+    ]

@@ -60,7 +60,7 @@ from slaguard.service.pending import Pending, Routed
 from slaguard.service.request_checks import FieldError, NeverFitsError
 from slaguard.service.runtime import ServiceRuntime
 from slaguard.service.sse_meter import StreamMeter
-from slaguard.service.upstream import BackendAccess, Upstream, UpstreamError, first_byte
+from slaguard.service.upstream import BackendAccess, Upstream, UpstreamError, first_byte, why_failed
 from slaguard.service.views import runtime_of
 
 log = logging.getLogger(__name__)
@@ -286,7 +286,7 @@ async def _open_upstream(
             gm.upstream_failures.labels("before_first_byte", target.id).inc()
             # a stream's first byte is its first token: a stall is a TTFT of at least that
             rt.attempt_failed(entry, waited_s if stream and isinstance(exc, TimeoutError) else None)
-            why = str(exc) or type(exc).__name__
+            why = why_failed(exc, stream, g)
             rt.ejections.failed(index, why, rt.clock())
             retried = attempt + 1 < len(order)
             request.app.state.attempt_failures.failed(target.id, why, retried, began + waited_s)

@@ -20,6 +20,7 @@ import aiohttp
 from pydantic import SecretStr
 
 from slaguard.fleet import Target
+from slaguard.service.config_sections import GatewayConfig
 from slaguard.service.credentials import BACKEND_KEY_ENV
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,18 @@ class BackendAccess:
             refusal(status, self.keyed),
             refusal_fix(self.keyed),
         )
+
+
+def why_failed(exc: Exception, stream: bool, g: GatewayConfig) -> str:
+    """What an attempt's failure says; for a timeout (asyncio's says nothing) the limit
+    and the setting it comes from."""
+    if str(exc) or not isinstance(exc, TimeoutError):
+        return str(exc) or type(exc).__name__
+    if stream:
+        limit = f"no first byte within {g.first_byte_timeout_s:g} s (gateway.first_byte_timeout_s)"
+    else:
+        limit = f"no answer within {g.read_timeout_s:g} s (gateway.read_timeout_s)"
+    return f"TimeoutError: {limit}"
 
 
 class AttemptFailures:
