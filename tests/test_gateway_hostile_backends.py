@@ -137,3 +137,44 @@ def test_a_backend_that_never_answers_is_named_with_the_limit_it_ran_into(
     assert found.other["notes"] == [
         f"gateway: h100-8b failed before the first byte (TimeoutError: {why})"
     ]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    "usage",
+    [
+        '"garbage"',
+        "[1, 2]",
+        '{"prompt_tokens": 3, "completion_tokens": "abc"}',
+        '{"prompt_tokens": 3, "completion_tokens": -5}',
+        '{"prompt_tokens": [1]}',
+        '{"prompt_tokens": 3, "completion_tokens": 1e30}',
+    ],
+)
+def test_a_backends_garbled_usage_loses_no_answer(
+    hostile: Hostile, stream: bool, usage: str
+) -> None:
+    """A `usage` that was not counts crashed the outcome's record: a whole answer became a
+    500, a whole stream was cut before its end, and the metrics and the guard never heard
+    of the request. Its counts are taken for unknown instead."""
+    rid = f"usage-{stream}-{hash(usage) & 0xFFFF}"
+    generated = _generated(hostile)
+    r = hostile.chat(f"usage {usage}", rid, stream=stream)
+    assert r.status_code == 200
+    expected = usage.encode()
+    assert expected in r.content and (not stream or r.content.endswith(b"data: [DONE]\n\n"))
+    out = hostile.outcome(rid)
+    assert out["status"] == "ok" and out["sla_met"] is True
+    # a stream counts its own token events when the backend's count is unreadable
+    assert _generated(hostile) == generated + (1 if stream else 0)
+
+
+def _generated(hostile: Hostile) -> float:
+    """Generated tokens counted so far, over every target and arm."""
+    registry = hostile.service.runtime.metrics.registry
+    return sum(
+        s.value
+        for family in registry.collect()
+        for s in family.samples
+        if s.name == "slaguard_tokens_total" and s.labels.get("kind") == "generated"
+    )

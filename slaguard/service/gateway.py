@@ -59,7 +59,7 @@ from slaguard.service.hotpath import (
 from slaguard.service.pending import Pending, Routed
 from slaguard.service.request_checks import FieldError, NeverFitsError
 from slaguard.service.runtime import ServiceRuntime
-from slaguard.service.sse_meter import StreamMeter
+from slaguard.service.sse_meter import StreamMeter, usage_count
 from slaguard.service.upstream import BackendAccess, Upstream, UpstreamError, first_byte, why_failed
 from slaguard.service.views import runtime_of
 
@@ -320,21 +320,21 @@ def _finish_whole(
     status = status_of_code(code)
     if status == "client_error":
         rt.gateway_metrics.client_errors.inc()
-    usage: dict[str, Any] = {}
+    usage: object = None
     if code < 400:
         try:
             doc = json.loads(content)
-            usage = doc.get("usage") or {} if isinstance(doc, dict) else {}
+            usage = doc.get("usage") if isinstance(doc, dict) else None
         except ValueError:
-            usage = {}
+            usage = None
     rt.finish(
         entry,
         status,
         ttft_s=None,
         tpot_s=None,
         e2e_s=e2e,
-        prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"),
+        prompt_tokens=usage_count(usage, "prompt_tokens"),
+        completion_tokens=usage_count(usage, "completion_tokens"),
     )
 
 
@@ -384,8 +384,7 @@ async def _relay(
             rt.record_decision(routed, decide_s)
         end = time.perf_counter()
         ttft = None if meter.first_token_at is None else meter.first_token_at - meter.started
-        usage = meter.usage or {}
-        tokens = int(usage.get("completion_tokens") or meter.events)
+        tokens = usage_count(meter.usage, "completion_tokens") or meter.events
         tpot = None
         if ttft is not None and tokens > 1:
             tpot = (end - meter.first_token_at) / (tokens - 1)  # type: ignore[operator]
@@ -395,6 +394,6 @@ async def _relay(
             ttft_s=ttft,
             tpot_s=tpot,
             e2e_s=end - meter.started,
-            prompt_tokens=usage.get("prompt_tokens"),
+            prompt_tokens=usage_count(meter.usage, "prompt_tokens"),
             completion_tokens=tokens,
         )

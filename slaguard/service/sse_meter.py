@@ -17,6 +17,8 @@ from typing import Any
 
 import msgspec
 
+from slaguard.service.schemas import MAX_TOKENS
+
 
 class _Delta(msgspec.Struct):
     content: Any = None
@@ -96,6 +98,14 @@ class StreamMeter:
         if len(self._tail) > MAX_LINE_BYTES:
             self._tail.clear()
             self._overlong = True
+
+
+def usage_count(usage: object, key: str) -> int | None:
+    """A count of a backend's `usage` (`prompt_tokens`, `completion_tokens`), None unless
+    it is one: a string, a negative or a float there crashed the outcome's record, and
+    the client's answer with it."""
+    value = usage.get(key) if isinstance(usage, dict) else None
+    return value if type(value) is int and 0 <= value <= MAX_TOKENS else None
 
 
 def _has_token(event: _Event) -> bool:

@@ -20,6 +20,7 @@ METRICS = (
 SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 )
+HTML_PAGE = b"<html><body>Sign in to continue</body></html>"
 LONG_LINE_BYTES = 64 << 20
 """The `long_line` answer's line without a newline: 64 MiB, 1024 chunks of 64 KiB."""
 
@@ -90,20 +91,21 @@ class HostileBackend:
                     w.write(METRICS)
                     await w.drain()
                     continue
-                mode = _mode(json.loads(body))
+                doc = json.loads(body)
+                mode, _, arg = _mode(doc).partition(" ")
                 self.modes.append(mode)
-                answer: Callable[[Writer], Awaitable[None]] = getattr(self, mode)
-                await answer(w)
+                answer: Callable[[Writer, str, bool], Awaitable[None]] = getattr(self, mode)
+                await answer(w, arg, bool(doc.get("stream")))
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
         finally:
             w.close()
 
-    async def never(self, w: Writer) -> None:
+    async def never(self, w: Writer, arg: str, stream: bool) -> None:
         """Accept the request, never answer."""
         await asyncio.Event().wait()
 
-    async def long_line(self, w: Writer) -> None:
+    async def long_line(self, w: Writer, arg: str, stream: bool) -> None:
         """A stream whose first line never ends (`LONG_LINE_BYTES`), then one token."""
         w.write(SSE_HEAD)
         piece = chunk(b"x" * (64 << 10))
@@ -113,7 +115,30 @@ class HostileBackend:
         w.write(chunk(b"\n\n" + event("tok") + b"data: [DONE]\n\n") + b"0\r\n\r\n")
         await w.drain()
 
-    async def too_many(self, w: Writer) -> None:
+    async def html(self, w: Writer, arg: str, stream: bool) -> None:
+        """200 with an HTML page, as a proxy's login or error page comes."""
+        body = HTML_PAGE
+        w.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(body), body)
+        )
+        await w.drain()
+
+    async def usage(self, w: Writer, arg: str, stream: bool) -> None:
+        """A whole answer, or a stream of one token, whose `usage` is `arg` (JSON)."""
+        if stream:
+            last = b'data: {"choices": [], "usage": %s}\n\n' % arg.encode()
+            w.write(SSE_HEAD + chunk(event("a")) + chunk(last + b"data: [DONE]\n\n"))
+            w.write(b"0\r\n\r\n")
+        else:
+            body = b'{"choices": [{"message": {"content": "a"}}], "usage": %s}' % arg.encode()
+            w.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+        await w.drain()
+
+    async def too_many(self, w: Writer, arg: str, stream: bool) -> None:
         """429 with `Retry-After: 7`, as a loaded vLLM behind a rate limiter answers."""
         body = b'{"error": {"message": "slow down"}}'
         w.write(
