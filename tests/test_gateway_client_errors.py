@@ -12,7 +12,7 @@ from gateway_stack import MODEL, SCRAPED, GatewayStack, gateway_stack
 from helpers import stored_outcome
 
 from slaguard.emulator.app import CHARS_PER_TOKEN
-from slaguard.service.gateway import status_of_code
+from slaguard.service.gateway_outcome import status_of_code
 from slaguard.service.loops import ViolationWindow
 
 CONTEXT = 131_072

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from fakes.hostile_backend import LONG_LINE_BYTES, HostileBackend, event
+from fakes.hostile_backend import HTML_PAGE, LONG_LINE_BYTES, HostileBackend, event
 from gateway_stack import MODEL, SCRAPED
 from helpers import stored_outcome
 
@@ -178,3 +178,14 @@ def _generated(hostile: Hostile) -> float:
         for s in family.samples
         if s.name == "slaguard_tokens_total" and s.labels.get("kind") == "generated"
     )
+
+
+def test_a_whole_answer_that_is_no_json_object_is_the_backends_failure(hostile: Hostile) -> None:
+    """A 200 carrying a proxy's HTML page was recorded `ok`, the SLA met: the figures said
+    all was well while every client got a page it could not read."""
+    r = hostile.chat("html", "html-page", stream=False)
+    assert r.status_code == 200 and r.content == HTML_PAGE  # relayed as it came
+    found = stored_outcome(hostile.service.engine, "html-page")
+    assert found.outcome["status"] == "failed" and found.outcome["sla_met"] is False
+    said = f"answered HTTP 200 with no JSON object (text/html, {len(HTML_PAGE)} bytes)"
+    assert found.other["notes"] == [f"gateway: h100-8b {said}"]

@@ -12,7 +12,7 @@ backend serves another one), the request is sent once more to the next-best elig
 target, and the decision's explanation records it. After the first byte nothing is retried:
 the client already holds part of an answer. A target failing `gateway.eject_after_failures`
 times in a row is ejected for a while (`ejection`). Backend 4xx answers pass through unchanged:
-a 401, 403, 408 or 429 is the fleet's failure (`FLEET_REFUSALS`; a 401 or 403, about
+a 401, 403, 408 or 429 is the fleet's failure (`gateway_outcome`; a 401 or 403, about
 slaguard's credentials, is also logged by `upstream`), any other the client's mistake,
 a `client_error` no SLA judges. Of the backend's headers only `Content-Type` and
 `Retry-After` are relayed. The errors slaguard answers itself are in OpenAI's shape
@@ -37,6 +37,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
 from slaguard.audit.records import RequestStatus
+from slaguard.service.gateway_outcome import finish_whole
 from slaguard.service.gateway_schemas import (
     HEADER_NAMES,
     HEADER_PARAMETERS,
@@ -229,8 +230,7 @@ async def _whole(
         up.response.release()
     if content is None:
         return _client_left(rt, routed, decide_s, meter)
-    rt.record_decision(routed, decide_s)
-    _finish_whole(rt, entry, meter, up.response.status, content)
+    finish_whole(rt, routed, decide_s, meter.since_start(), up.response.status, content, media)
     return Response(content, up.response.status, headers, media_type=media)
 
 
@@ -299,43 +299,6 @@ async def _open_upstream(
     rt.finish(entry, "failed", ttft_s=None, tpot_s=None, e2e_s=None)
     said = {DECISION_HEADER: entry.decision_id}
     raise Refused(502, "backend failed before answering: " + "; ".join(failures), said)
-
-
-FLEET_REFUSALS = frozenset({401, 403, 408, 429})
-"""4xx answers that are the fleet's doing, not the request's: slaguard's credentials
-refused, the backend timed out or shed load. Any other 4xx is the client's mistake."""
-
-
-def status_of_code(code: int) -> RequestStatus:
-    if code < 400:
-        return "ok"
-    return "client_error" if code < 500 and code not in FLEET_REFUSALS else "failed"
-
-
-def _finish_whole(
-    rt: ServiceRuntime, entry: Pending, meter: StreamMeter, code: int, content: bytes
-) -> None:
-    """A non-streamed answer: no first-token time; tokens from `usage`."""
-    e2e = meter.since_start()
-    status = status_of_code(code)
-    if status == "client_error":
-        rt.gateway_metrics.client_errors.inc()
-    usage: object = None
-    if code < 400:
-        try:
-            doc = json.loads(content)
-            usage = doc.get("usage") if isinstance(doc, dict) else None
-        except ValueError:
-            usage = None
-    rt.finish(
-        entry,
-        status,
-        ttft_s=None,
-        tpot_s=None,
-        e2e_s=e2e,
-        prompt_tokens=usage_count(usage, "prompt_tokens"),
-        completion_tokens=usage_count(usage, "completion_tokens"),
-    )
 
 
 def _meter(rt: ServiceRuntime, entry: Pending, meter: StreamMeter, chunk: bytes) -> None:

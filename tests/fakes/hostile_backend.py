@@ -21,6 +21,7 @@ SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 )
 HTML_PAGE = b"<html><body>Sign in to continue</body></html>"
+HTML_PAGE = b"<html><body>Sign in to continue</body></html>"
 LONG_LINE_BYTES = 64 << 20
 """The `long_line` answer's line without a newline: 64 MiB, 1024 chunks of 64 KiB."""
 
