@@ -110,6 +110,21 @@ def test_a_backends_429_keeps_its_retry_after(hostile: Hostile, stream: bool) ->
     assert hostile.outcome(f"too-many-{stream}")["status"] == "failed"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_backend_answering_405_is_the_fleets_failure(hostile: Hostile, stream: bool) -> None:
+    """A target url pointing at a server that takes no POST there (not an OpenAI-style
+    backend, a wrong path) answered 405 to every request: recorded `client_error`, judged
+    by no SLA, so no SLA figure, alert, retry or ejection ever saw the broken target."""
+    r = hostile.chat("not_allowed", f"not-allowed-{stream}", stream=stream)
+    assert r.status_code == 502, r.text
+    assert (
+        "h100-8b: HTTP 405: the backend takes no POST on this path; check its url"
+        in (r.json()["error"]["message"])
+    )
+    out = hostile.outcome(f"not-allowed-{stream}")
+    assert (out["status"], out["sla_met"]) == ("failed", False)
+
+
 @pytest.mark.parametrize(
     ("stream", "why"),
     [

@@ -7,9 +7,10 @@ business metadata comes from headers: `X-Slaguard-Priority`, `X-Slaguard-Deadlin
 the chosen backend (only `model` is rewritten when the router degraded the request).
 
 Retry rule: if the backend fails *before the first byte of the answer body* (connection
-refused, timeout, HTTP 5xx, or a 404: the model was checked against the fleet, so the
-backend serves another one), the request is sent once more to the next-best eligible
-target, and the decision's explanation records it. After the first byte nothing is retried:
+refused, timeout, HTTP 5xx, a 404: the model was checked against the fleet, so the
+backend serves another one, or a 405: no OpenAI-style server there), the request is sent
+once more to the next-best eligible target, and the decision's explanation records it.
+After the first byte nothing is retried:
 the client already holds part of an answer. A target failing `gateway.eject_after_failures`
 times in a row is ejected for a while (`ejection`). Backend 4xx answers pass through unchanged:
 a 401, 403, 408 or 429 is the fleet's failure (`gateway_outcome`; a 401 or 403, about

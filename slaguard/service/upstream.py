@@ -143,6 +143,8 @@ async def first_byte(
             )
         if resp.status == 404:  # the model was checked against the fleet: the target is wrong
             raise UpstreamError("HTTP 404: the backend does not serve this model; check its url")
+        if resp.status == 405:  # not an OpenAI-style server there: the url is wrong
+            raise UpstreamError("HTTP 405: the backend takes no POST on this path; check its url")
         if resp.status in REFUSALS:
             access.refused(target.id, resp.status, time.monotonic())
         chunks = resp.content.iter_any()

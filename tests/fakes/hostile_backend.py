@@ -148,6 +148,15 @@ class HostileBackend:
         )
         await w.drain()
 
+    async def not_allowed(self, w: Writer, arg: str, stream: bool) -> None:
+        """405, as a server that is not an OpenAI-style backend answers a POST there."""
+        body = b'{"detail": "Method Not Allowed"}'
+        w.write(
+            b"HTTP/1.1 405 Method Not Allowed\r\nAllow: GET\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        await w.drain()
+
 
 def _mode(body: dict[str, Any]) -> str:
     if "messages" in body:
