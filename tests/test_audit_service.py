@@ -20,7 +20,7 @@ from slaguard.audit.engine import create_audit_engine
 from slaguard.audit.group_stats import fleet_capacity
 from slaguard.audit.incident_timeline import incident_timeline
 from slaguard.audit.migrate import upgrade
-from slaguard.audit.records import IncidentRecord
+from slaguard.audit.records import IncidentRecord, RequestStatus
 from slaguard.audit.sample import SICK_TARGET, load_run, synthetic_run
 from slaguard.audit.store import open_incident
 from slaguard.fleet.fleet import load_fleet
@@ -210,13 +210,17 @@ def test_degraded_decisions_hold_no_capacity_share_of_the_requested_model(
         assert (own["capacity_share"] > 0.1).all()
 
 
-def test_client_errors_count_in_no_violation_rate(audit_engine: Engine, tmp_path: Path) -> None:
-    """A `client_error` (sla_met null) is judged by no SLA: `summary` and `status`'s
-    per-arm figures leave it out of both outcomes and violations, where counting it as an
+@pytest.mark.parametrize("status", ["client_error", "cancelled"])
+def test_unjudged_outcomes_count_in_no_violation_rate(
+    audit_engine: Engine, tmp_path: Path, status: RequestStatus
+) -> None:
+    """A `client_error`, or a `cancelled` request left before its first token and its
+    deadline (sla_met null), is judged by no SLA: `summary` and `status`'s per-arm
+    figures leave it out of both outcomes and violations, where counting it as an
     outcome diluted the rate the rollback rule reads."""
     small = synthetic_run(400, start_s=START_S, seed=4)
     outcomes = [
-        replace(o, status="client_error", sla_met=None, ttft_s=None, tpot_s=None)
+        replace(o, status=status, sla_met=None, ttft_s=None, tpot_s=None)
         if i % 4 == 0 and o.status == "ok"
         else o
         for i, o in enumerate(small.outcomes)

@@ -248,3 +248,35 @@ def test_a_client_error_is_judged_by_no_sla_and_a_repeat_is_a_duplicate(
     rt.late_outcomes.pop(decision_id, None)  # as after a restart: only the database knows
     again = api.post("/v1/feedback", {**body, "status": "ok", "ttft_s": 0.1}).json()
     assert (again["recorded"], again["duplicate"], again["sla_met"]) == (False, True, None)
+
+
+@pytest.mark.parametrize(
+    ("times", "expected"),
+    [
+        ({"ttft_s": 0.5, "e2e_s": 9.0}, True),  # stopped after a first token in time
+        ({"ttft_s": 5.0, "e2e_s": 6.0}, False),  # after one past the 4 s deadline
+        ({"e2e_s": 1.0}, None),  # left before the deadline, no first token: unjudged
+        ({"e2e_s": 5.0}, False),  # gave up waiting past the deadline: the card's miss
+    ],
+    ids=["timely-first-token", "late-first-token", "left-early", "gave-up"],
+)
+@pytest.mark.parametrize("evicted", [False, True], ids=["in-memory", "from-the-database"])
+def test_a_cancelled_feedback_is_judged_on_what_came_before_the_client_left(
+    api: Api, times: dict[str, float], expected: bool | None, evicted: bool
+) -> None:
+    """A client that stopped the answer could only report it `failed`: an SLA miss."""
+    decision_id = f"cancelled-{len(times)}-{times.get('ttft_s')}-{times['e2e_s']}-{evicted}"
+    api.routed(decision_id)
+    rt = api.service.runtime
+    if evicted:
+        api.flushed()
+        rt.pending.pop(decision_id)
+    finished, violated = rt.finished_count, rt.violated_count
+    r = api.post("/v1/feedback", {"decision_id": decision_id, "status": "cancelled", **times})
+    assert r.status_code == 200, r.text
+    assert (r.json()["recorded"], r.json()["sla_met"]) == (True, expected)
+    stored = api.outcome(decision_id)
+    assert (stored["status"], stored["sla_met"]) == ("cancelled", expected)
+    if not evicted:  # the correction's counts are of the requests this replica finished
+        assert rt.finished_count == finished + (expected is not None)
+        assert rt.violated_count == violated + (expected is False)

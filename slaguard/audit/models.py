@@ -119,7 +119,8 @@ class Outcome(Base):
     e2e_s: Mapped[float | None]
     status: Mapped[str] = mapped_column(String(16))
     sla_met: Mapped[bool | None]
-    """None: judged by no SLA (a `client_error`, the client's mistake)."""
+    """None: judged by no SLA (a `client_error`, the client's mistake; a `cancelled`
+    request whose client left before its first token and its deadline)."""
 
     __table_args__ = (Index("ix_outcomes_finished_at", "finished_at"),)
 

@@ -16,16 +16,18 @@ from typing import Any, Literal, Protocol, TypedDict
 PriorityName = Literal["high", "normal", "low"]
 PolicyArm = Literal["round_robin", "learned"]
 DecisionOutcome = Literal["routed", "no_capacity", "degraded", "spilled"]
-RequestStatus = Literal["ok", "failed", "rejected", "timeout", "client_error"]
+RequestStatus = Literal["ok", "failed", "rejected", "timeout", "client_error", "cancelled"]
 
 PRIORITIES: frozenset[str] = frozenset({"high", "normal", "low"})
 POLICY_ARMS: frozenset[str] = frozenset({"round_robin", "learned"})
 DECISION_OUTCOMES: frozenset[str] = frozenset({"routed", "no_capacity", "degraded", "spilled"})
 REQUEST_STATUSES: frozenset[str] = frozenset(
-    {"ok", "failed", "rejected", "timeout", "client_error"}
+    {"ok", "failed", "rejected", "timeout", "client_error", "cancelled"}
 )
 UNJUDGED_STATUSES: frozenset[str] = frozenset({"client_error"})
-"""Requests no SLA judges (`sla_met` None): the client's mistake, no card's slowness."""
+"""Requests no SLA judges (`sla_met` None): the client's mistake, no card's slowness. A
+`cancelled` one (the client left before the end of the answer) is judged only on what
+came before it left: see `slaguard.service.pending.sla_met`."""
 
 MAX_ID_LENGTH = 128
 """Request and target ids are stored as VARCHAR(128)."""
@@ -131,7 +133,8 @@ class OutcomeRecord:
     """How the request went, joined to its decision by `request_id`.
 
     Latencies are None when the request never produced a token (rejected, failed early);
-    `sla_met` is None for a request no SLA judges (`UNJUDGED_STATUSES`).
+    `sla_met` is None for a request no SLA judges (`UNJUDGED_STATUSES`, and a `cancelled`
+    one whose client left before both its first token and its deadline).
     """
 
     request_id: str

@@ -244,10 +244,12 @@ def _target_id(rt: ServiceRuntime, entry: Pending) -> str:
 def _client_left(
     rt: ServiceRuntime, routed: Routed, decide_s: float, meter: StreamMeter
 ) -> Response:
-    """The client of a whole answer left before it came: recorded failed, as a stream
-    the client leaves is; the answer (status 499, nginx's) goes to nobody."""
+    """The client left before the answer came (a whole one, or a stream's first byte):
+    `cancelled`, its choice, no backend failure; the answer (status 499, nginx's) goes to
+    nobody."""
+    rt.gateway_metrics.client_cancels.inc()
     rt.record_decision(routed, decide_s)
-    rt.finish(routed.entry, "failed", ttft_s=None, tpot_s=None, e2e_s=meter.since_start())
+    rt.finish(routed.entry, "cancelled", ttft_s=None, tpot_s=None, e2e_s=meter.since_start())
     return Response(b"", 499)
 
 
@@ -339,8 +341,10 @@ async def _relay(
         )
         raise StreamCut from exc
     except (asyncio.CancelledError, GeneratorExit):
-        # The client left (or its connection broke) before the end of the answer.
-        status = "failed"
+        # The client left (or its connection broke) before the end of the answer: its
+        # choice (a "stop generating"), judged on the first token it got, if any.
+        status = "cancelled"
+        rt.gateway_metrics.client_cancels.inc()
         raise
     finally:
         up.response.release()

@@ -28,6 +28,12 @@ class GatewayMetrics:
             "and audited, judged by no SLA.",
             registry=registry,
         )
+        self.client_cancels = Counter(
+            "slaguard_gateway_client_cancels_total",
+            "Requests whose client left before the end of the answer (status cancelled): "
+            "judged on the first token, or a miss if the client waited past the deadline.",
+            registry=registry,
+        )
         self.ejections = Counter(
             "slaguard_gateway_ejections_total",
             "Times a target was marked unhealthy for gateway.eject_s after "

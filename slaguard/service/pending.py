@@ -72,9 +72,16 @@ def sla_met(
 ) -> bool | None:
     """The SLA judgement: an `ok` request whose first token came by its deadline; with
     no first-token time (a whole answer) its end, an upper bound, must. A `client_error`
-    (the request itself refused) is judged by none: None."""
+    (the request itself refused) is judged by none: None. A `cancelled` one (the client
+    left before the end) is judged on what the card did before: its first token as an
+    `ok` one's; without one, a miss only once the client had waited (`e2e_s`) past the
+    deadline (it gave up on a slow card), else None (it left before anyone could say)."""
     if status in UNJUDGED_STATUSES:
         return None
+    if status == "cancelled":
+        if ttft_s is not None:
+            return ttft_s <= deadline_s
+        return False if e2e_s is not None and e2e_s > deadline_s else None
     if status != "ok":
         return False
     if ttft_s is not None:

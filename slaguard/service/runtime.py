@@ -81,7 +81,7 @@ class ServiceRuntime:
         self.audit_refused = 0
         self._refusals = FailureLog(log, "audit record")
         self.finished_count = 0
-        """Finished requests an SLA judged (not a `client_error`): with `violated_count`,
+        """Finished requests an SLA judged (`sla_met` not None): with `violated_count`,
         the global correction's violation rate."""
         self.violated_count = 0
         self.started_at_s = clock()
@@ -240,13 +240,19 @@ class ServiceRuntime:
             self.scheduler.observe_outcome(entry.learner_components, None, entry.deadline_s)
             entry.learner_components = None
         if stalled_s is not None:
-            target = self.fleet.targets[entry.target_index]
-            self.modes.on_first_token(
-                FirstToken(
-                    self.clock(), target.id, target.card.id, target.model.id,
-                    stalled_s, entry.prompt_tokens,
-                )
-            )  # fmt: skip
+            self._stalled(entry, stalled_s)
+
+    def _stalled(self, entry: Pending, waited_s: float) -> None:
+        """`waited_s` without a first token from `entry`'s target, to its TTFT detectors
+        as a TTFT of at least that."""
+        assert entry.target_index is not None
+        target = self.fleet.targets[entry.target_index]
+        self.modes.on_first_token(
+            FirstToken(
+                self.clock(), target.id, target.card.id, target.model.id,
+                waited_s, entry.prompt_tokens,
+            )
+        )  # fmt: skip
 
     def finish(
         self,
@@ -276,8 +282,9 @@ class ServiceRuntime:
             self.scheduler.state.add_queue(entry.target_index, -1)
         own_ttft_s = None if ttft_s is None else _served(entry, ttft_s)
         if met is not None and (status != "ok" or own_ttft_s is not None):
-            # a failure teaches the learner as a miss; a client's mistake (None) nothing
-            learned_ttft_s = own_ttft_s if status == "ok" else None
+            # a failure (or a client giving up on a card past the deadline) teaches the
+            # learner as a miss; a first token its TTFT; an unjudged request nothing
+            learned_ttft_s = own_ttft_s if status in ("ok", "cancelled") else None
             self.scheduler.observe_outcome(entry.learner_components, learned_ttft_s, deadline)
         if self.writer is not None:
             try:
@@ -288,6 +295,8 @@ class ServiceRuntime:
                 self._refused(exc)
         if entry.target_index is None or met is None:
             return Finished(True, False, met)  # no card's doing: no SLA figure, no guard sample
+        if status == "cancelled" and own_ttft_s is None and e2e_s is not None:
+            self._stalled(entry, _served(entry, e2e_s))  # the client gave up waiting on it
         target = self.fleet.targets[entry.target_index]
         prompt = prompt_tokens if prompt_tokens is not None else entry.prompt_tokens
         self.metrics.observe_completion(

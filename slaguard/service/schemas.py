@@ -113,10 +113,12 @@ class RouteResponse(BaseModel):
 
 class FeedbackRequest(_Body):
     """How a routed request went (latencies in seconds, None when never measured). An `ok`
-    one needs `ttft_s` or `e2e_s` (or a `/v1/first-token` before it) to be judged on."""
+    one needs `ttft_s` or `e2e_s` (or a `/v1/first-token` before it) to be judged on. A
+    `cancelled` one (the client stopped the answer) is judged on its TTFT; without one,
+    `e2e_s` (how long the client waited) past the deadline is a miss, else no verdict."""
 
     decision_id: str = Field(pattern=ID_PATTERN)
-    status: Literal["ok", "failed", "rejected", "timeout", "client_error"] = "ok"
+    status: Literal["ok", "failed", "rejected", "timeout", "client_error", "cancelled"] = "ok"
     ttft_s: Seconds | None = None
     tpot_s: Annotated[float, Field(ge=0, le=3_600), JSON_NUMBER] | None = None
     e2e_s: Seconds | None = None
@@ -143,7 +145,8 @@ class FeedbackResponse(BaseModel):
     recorded: bool
     duplicate: bool
     sla_met: bool | None = Field(
-        description="the SLA verdict; null for a `client_error`, which no SLA judges"
+        description="the SLA verdict; null for a `client_error`, which no SLA judges, and "
+        "for a `cancelled` request left before its first token and its deadline"
     )
 
 
