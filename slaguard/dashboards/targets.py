@@ -136,13 +136,15 @@ def build() -> db.Dashboard:
             ],
         ),
         ts(
-            "Gateway retries and client errors/s",
-            "Requests re-sent to the next-best target, and requests a backend refused as the "
-            "client's mistake (a 4xx such as 400: relayed, judged by no SLA).",
+            "Gateway retries, client errors and cancels/s",
+            "Requests re-sent to the next-best target, requests a backend refused as the "
+            "client's mistake (a 4xx such as 400: relayed, judged by no SLA), and requests "
+            "whose client left before the end of the answer (judged on the first token).",
             units.RequestsPerSecond,
             [
                 (rate("slaguard_gateway_retries_total", ""), "retries"),
                 (rate("slaguard_gateway_client_errors_total", ""), "client errors"),
+                (rate("slaguard_gateway_client_cancels_total", ""), "client cancels"),
             ],
         ),
         ts(
@@ -160,7 +162,7 @@ def build() -> db.Dashboard:
         UID,
         "slaguard / Targets",
         "Per target and card type: TTFT p99, jitter Z-score, queue depth, KV use, "
-        "demotions and spills; the gateway's backend failures, retries, client errors and "
+        "demotions and spills; the gateway's backend failures, retries, client errors, cancels and "
         "ejections.",
         [
             ("Latency", latency),
