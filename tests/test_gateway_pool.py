@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import yaml
+from helpers import stored_outcome
 
 from slaguard.emulator.app import create_emulator_app
 from slaguard.fleet import build_fleet
@@ -101,15 +102,20 @@ def test_a_stream_cut_by_the_stop_is_one_warning_not_an_error_traceback(
     handler.emit = records.append  # type: ignore[method-assign]
     uvicorn_log = logging.getLogger("uvicorn")
     try:
-        with _one_backend_service(tmp_path) as (_, app):
+        with _one_backend_service(tmp_path) as (service, app):
             server = ServerThread(app).start()
             server.server.config.timeout_graceful_shutdown = 0.5
             uvicorn_log.addHandler(handler)  # after uvicorn configured its logging
             c = httpx.Client(base_url=server.url, timeout=30)
-            with c, c.stream("POST", "/v1/chat/completions", json=LONG_CHAT) as held:
+            said = {"X-Request-Id": "cut-by-stop"}
+            with c, c.stream("POST", "/v1/chat/completions", json=LONG_CHAT, headers=said) as held:
                 streaming = _streaming(held)
                 server.stop()
                 assert streaming is not None
+            # the stop cut it, not the client: no client cancel (judged on its first token)
+            outcome = stored_outcome(service.engine, "cut-by-stop").outcome
+            assert outcome["status"] == "failed", outcome
+            assert service.runtime.gateway_metrics.client_cancels._value.get() == 0
     finally:
         uvicorn_log.removeHandler(handler)
     cut = [r for r in records if "cut by the stop" in r.getMessage()]

@@ -50,6 +50,7 @@ from slaguard.service.gateway_schemas import (
     prompt_token_ids,
 )
 from slaguard.service.hotpath import (
+    ClientLeft,
     DirectRoute,
     RelayResponse,
     StreamCut,
@@ -203,8 +204,9 @@ async def _proxy(
     media = resp.headers.get("content-type", "application/json")
     if not body.stream or resp.status >= 400:
         return await _whole(request, rt, routed, decide_s, meter, up, out_headers, media)
+    client = ClientLeft()
     return RelayResponse(
-        _relay(rt, routed, decide_s, meter, up), resp.status, out_headers, media_type=media
+        _relay(rt, routed, decide_s, meter, up, client), resp.status, out_headers, media, client
     )
 
 
@@ -312,7 +314,12 @@ def _meter(rt: ServiceRuntime, entry: Pending, meter: StreamMeter, chunk: bytes)
 
 
 async def _relay(
-    rt: ServiceRuntime, routed: Routed, decide_s: float, meter: StreamMeter, up: Upstream
+    rt: ServiceRuntime,
+    routed: Routed,
+    decide_s: float,
+    meter: StreamMeter,
+    up: Upstream,
+    client: ClientLeft,
 ) -> AsyncGenerator[bytes, None]:
     """Pass the backend's bytes through unchanged, metering them; never retry. The
     decision's audit record is enqueued once the first bytes went out: it is off the
@@ -342,9 +349,13 @@ async def _relay(
         raise StreamCut from exc
     except (asyncio.CancelledError, GeneratorExit):
         # The client left (or its connection broke) before the end of the answer: its
-        # choice (a "stop generating"), judged on the first token it got, if any.
-        status = "cancelled"
-        rt.gateway_metrics.client_cancels.inc()
+        # choice (a "stop generating"), judged on the first token it got, if any. Cut by
+        # the service's stop instead (its grace period passed), the answer failed.
+        if client.left:
+            status = "cancelled"
+            rt.gateway_metrics.client_cancels.inc()
+        else:
+            status = "failed"
         raise
     finally:
         up.response.release()

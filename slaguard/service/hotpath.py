@@ -33,6 +33,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
@@ -212,17 +213,26 @@ class StreamCut(Exception):
     connection closed without the final chunk), so it cannot mistake it for a whole one."""
 
 
+@dataclass(slots=True)
+class ClientLeft:
+    """Set by `RelayResponse` when the client's disconnect cancelled the stream: the relay
+    then records the client's choice (`cancelled`), where a cancellation of another kind
+    (the service's stop, its grace period passed) is the answer failing."""
+
+    left: bool = False
+
+
 class RelayResponse(Response):
     """A streamed answer without Starlette's StreamingResponse task group.
 
     StreamingResponse runs the stream and a disconnect listener as two anyio tasks in a
     task group, and only sends its headers once the stream task has been scheduled. This
     sends headers and chunks from the request's own task; one plain asyncio task waits
-    for the client's disconnect and cancels it (the relay then records the stream as
-    failed, as before), and a cancellation of its own is absorbed here. The chunks'
-    generator is started before anything is sent and closed at the end whatever
-    happened, so its own cleanup (the outcome record) always runs. A `StreamCut` from the
-    chunks ends the response without its final chunk."""
+    for the client's disconnect and cancels it, telling the relay so (`ClientLeft`), and
+    a cancellation of its own is absorbed here. The chunks' generator is started before
+    anything is sent and closed at the end whatever happened, so its own cleanup (the
+    outcome record) always runs. A `StreamCut` from the chunks ends the response without
+    its final chunk."""
 
     def __init__(
         self,
@@ -230,8 +240,10 @@ class RelayResponse(Response):
         status_code: int,
         headers: Mapping[str, str],
         media_type: str,
+        client: ClientLeft | None = None,
     ) -> None:
         self.chunks = chunks
+        self.client = ClientLeft() if client is None else client
         self.status_code = status_code
         self.media_type = media_type
         self.background = None
@@ -246,7 +258,7 @@ class RelayResponse(Response):
             while (await receive())["type"] != "http.disconnect":
                 pass
             if state["streaming"]:
-                state["disconnected"] = True
+                state["disconnected"] = self.client.left = True
                 task.cancel()
 
         watcher = asyncio.get_running_loop().create_task(watch())
