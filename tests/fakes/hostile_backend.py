@@ -133,29 +133,30 @@ class HostileBackend:
             w.write(b"0\r\n\r\n")
         else:
             body = b'{"choices": [{"message": {"content": "a"}}], "usage": %s}' % arg.encode()
-            w.write(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-            )
+            _json_answer(w, b"200 OK", body)
         await w.drain()
 
     async def too_many(self, w: Writer, arg: str, stream: bool) -> None:
         """429 with `Retry-After: 7`, as a loaded vLLM behind a rate limiter answers."""
         body = b'{"error": {"message": "slow down"}}'
-        w.write(
-            b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\n"
-            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
+        _json_answer(w, b"429 Too Many Requests", body, b"Retry-After: 7\r\n")
         await w.drain()
 
     async def not_allowed(self, w: Writer, arg: str, stream: bool) -> None:
         """405, as a server that is not an OpenAI-style backend answers a POST there."""
-        body = b'{"detail": "Method Not Allowed"}'
-        w.write(
-            b"HTTP/1.1 405 Method Not Allowed\r\nAllow: GET\r\n"
-            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        _json_answer(
+            w, b"405 Method Not Allowed", b'{"detail": "Method Not Allowed"}', b"Allow: GET\r\n"
         )
         await w.drain()
+
+
+def _json_answer(w: Writer, status: bytes, body: bytes, headers: bytes = b"") -> None:
+    """A whole JSON answer with `status` (e.g. b"429 Too Many Requests") and extra
+    `headers` (CRLF-terminated lines)."""
+    w.write(
+        b"HTTP/1.1 %s\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+        % (status, headers, len(body), body)
+    )
 
 
 def _mode(body: dict[str, Any]) -> str:
